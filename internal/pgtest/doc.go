@@ -1,0 +1,28 @@
+// Package pgtest runs a throwaway PostgreSQL for tests, benchmarks and the
+// demo.
+//
+// A test binary shares one server: the one DATABASE_URL names when it is set
+// (make test starts one cluster for every package and sets it), otherwise a
+// cluster this package creates with initdb in a temporary directory and
+// starts on a free 127.0.0.1 port and on a Unix socket in that directory. The
+// binaries are found on PATH, then in /usr/lib/postgresql/*/bin (newest
+// first). As root the server runs as the "postgres" user (or "nobody"), since
+// initdb refuses root.
+//
+// Every test gets a database of its own (New), created from template0 with
+// UTF-8 encoding and the C collation and dropped when the test ends, so tests
+// and packages never see each other's rows. Advisory locks are scoped to a
+// database too, so a test that inspects pg_locks must filter on
+// database = (SELECT oid FROM pg_database WHERE datname = current_database()).
+//
+// A cluster this package started is owned by a watchdog process: a small
+// shell that starts postgres as its child and reads the test binary's end of
+// a pipe. When the pipe closes — Close, normal exit, a panic, a go test
+// timeout, SIGKILL — the watchdog stops the server and removes the directory,
+// so no postgres process or temporary directory outlives the test binary.
+//
+// Fault levers: TerminateBackend works on any server the tests may
+// administer; Stop, Start and Restart only on a cluster this process owns,
+// and tests that use them should start a private one with StartCluster so
+// that other tests sharing a server are not disturbed.
+package pgtest

@@ -1,0 +1,67 @@
+package observe
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) Observe(_ context.Context, e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func TestMultiFansOutAndDropsNil(t *testing.T) {
+	a, b := &recorder{}, &recorder{}
+	o := Multi(a, nil, b)
+	o.Observe(context.Background(), Event{Kind: Stale, Table: "orders"})
+	if len(a.events) != 1 || len(b.events) != 1 || b.events[0].Table != "orders" {
+		t.Fatalf("got %v and %v", a.events, b.events)
+	}
+}
+
+func TestNopAllocatesNothing(t *testing.T) {
+	o := OrNop(nil)
+	ctx := context.Background()
+	e := Event{Kind: LockAcquire, Key: 42, Outcome: Acquired, Wait: time.Millisecond}
+	if n := testing.AllocsPerRun(100, func() { o.Observe(ctx, e) }); n != 0 {
+		t.Fatalf("Nop allocates %v per event", n)
+	}
+}
+
+func TestSlogLevelsAndFields(t *testing.T) {
+	var buf bytes.Buffer
+	o := Slog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	ctx := context.Background()
+	o.Observe(ctx, Event{Kind: LockAcquire, Source: "advisory", Key: 7, Outcome: Acquired})
+	if buf.Len() != 0 {
+		t.Fatalf("a plain acquisition is Debug, got %q", buf.String())
+	}
+	o.Observe(ctx, Event{Kind: LockAcquire, Source: "advisory", Key: 7, Outcome: Timeout,
+		Wait: 2 * time.Second, Err: errors.New("lock timeout")})
+	o.Observe(ctx, Event{Kind: Retry, Source: "retry", Attempt: 2, Cause: "40001"})
+	out := buf.String()
+	for _, want := range []string{"sqlock lock_acquire", "key=7", "outcome=timeout", "wait=2s",
+		`error="lock timeout"`, "sqlock retry", "attempt=2", "cause=40001"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestStrings(t *testing.T) {
+	if Lost.String() != "lost" || Kind(200).String() != "unknown" || Outcome(200).String() != "unknown" {
+		t.Fatal("names")
+	}
+}
