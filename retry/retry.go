@@ -1,0 +1,365 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sqlock/sqlock/observe"
+)
+
+// ErrExhausted is matched (errors.Is) by the error Do returns when the
+// attempt limit or the time limit ran out, or the context ended while
+// waiting to retry.
+var ErrExhausted = errors.New("retry: gave up")
+
+// Reason says why retrying stopped.
+type Reason uint8
+
+const (
+	ReasonAttempts Reason = iota + 1 // the attempt limit was reached
+	ReasonElapsed                    // the next wait would pass the time limit
+	ReasonContext                    // the context ended while waiting
+)
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonAttempts:
+		return "attempt limit reached"
+	case ReasonElapsed:
+		return "time limit reached"
+	case ReasonContext:
+		return "context ended"
+	}
+	return "unknown"
+}
+
+// ExhaustedError is returned when a retryable failure could not be retried
+// any more. It wraps the last error (and the context's error when the
+// context ended).
+type ExhaustedError struct {
+	Attempts int    // attempts made
+	Reason   Reason // why it stopped
+	Cause    string // the classification of the last error ("stale", "40001", …)
+	Err      error  // the last error fn returned
+	CtxErr   error  // the context's error, for ReasonContext
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("retry: gave up after %d attempts (%s): %v", e.Attempts, e.Reason, e.Err)
+}
+
+// Unwrap exposes the last error and, when set, the context's error.
+func (e *ExhaustedError) Unwrap() []error {
+	if e.CtxErr != nil {
+		return []error{e.Err, e.CtxErr}
+	}
+	return []error{e.Err}
+}
+
+// Is matches ErrExhausted.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
+
+// Rand is the source of jitter. *rand.Rand from math/rand/v2 satisfies it;
+// the default uses math/rand/v2's global, goroutine-safe source. An injected
+// Rand must be safe for the concurrency it is used with.
+type Rand interface {
+	Int64N(n int64) int64
+}
+
+type globalRand struct{}
+
+func (globalRand) Int64N(n int64) int64 { return rand.Int64N(n) }
+
+// Backoff computes the wait before the next attempt after attempt n (1-based)
+// failed.
+type Backoff interface {
+	Delay(n int, r Rand) time.Duration
+}
+
+// BackoffFunc adapts a function to Backoff.
+type BackoffFunc func(n int, r Rand) time.Duration
+
+// Delay calls f.
+func (f BackoffFunc) Delay(n int, r Rand) time.Duration { return f(n, r) }
+
+type exponential struct{ base, max time.Duration }
+
+// Exponential is exponential backoff with full jitter: after attempt n the
+// wait is uniform in [0, min(limit, base·2^(n-1))]. Full jitter spreads
+// competing retriers apart, which is what an optimistic hot row needs.
+// Non-positive values are replaced by the defaults (1ms, 100ms); max below
+// base is raised to base.
+func Exponential(base, limit time.Duration) Backoff {
+	if base <= 0 {
+		base = defaultBase
+	}
+	if limit <= 0 {
+		limit = defaultMax
+	}
+	return exponential{base: base, max: max(base, limit)}
+}
+
+func (e exponential) Delay(n int, r Rand) time.Duration {
+	ceiling := e.max
+	if shift := n - 1; shift < 62 {
+		if d := e.base << shift; d > 0 && d < ceiling && d>>shift == e.base {
+			ceiling = d
+		}
+	}
+	return time.Duration(r.Int64N(int64(ceiling) + 1))
+}
+
+type constant time.Duration
+
+// Constant waits d between attempts, without jitter.
+func Constant(d time.Duration) Backoff { return constant(max(d, 0)) }
+
+func (c constant) Delay(int, Rand) time.Duration { return time.Duration(c) }
+
+const (
+	defaultAttempts = 10
+	defaultBase     = time.Millisecond
+	defaultMax      = 100 * time.Millisecond
+)
+
+// Option configures a retry Policy.
+type Option func(*Policy)
+
+// WithMaxAttempts limits the number of attempts, the first included
+// (default 10). n < 1 is treated as 1: run once, never retry.
+func WithMaxAttempts(n int) Option {
+	return func(p *Policy) { p.attempts = max(n, 1) }
+}
+
+// WithMaxElapsed stops retrying when the next wait would end more than d
+// after the first attempt started. Zero means no time limit (the default);
+// the context's deadline applies in any case.
+func WithMaxElapsed(d time.Duration) Option {
+	return func(p *Policy) { p.elapsed = max(d, 0) }
+}
+
+// WithBackoff sets the backoff policy (default Exponential(1ms, 100ms)). A
+// nil Backoff restores the default.
+func WithBackoff(b Backoff) Option {
+	return func(p *Policy) {
+		if b == nil {
+			b = Exponential(defaultBase, defaultMax)
+		}
+		p.backoff = b
+	}
+}
+
+// WithRand sets the jitter source, for deterministic tests. A nil Rand
+// restores the default.
+func WithRand(r Rand) Option {
+	return func(p *Policy) {
+		if r == nil {
+			r = globalRand{}
+		}
+		p.rand = r
+	}
+}
+
+// WithObserver reports each retry (observe.Retry with the attempt, the
+// cause and the wait) to o.
+func WithObserver(o observe.Observer) Option {
+	return func(p *Policy) { p.observer = observe.OrNop(o) }
+}
+
+// WithClassifier replaces the whole classification, Default included. The
+// context rule stays: a cancelled or expired context is never retried.
+func WithClassifier(c Classifier) Option {
+	return func(p *Policy) {
+		if c == nil {
+			c = Default
+		}
+		p.classify = c
+	}
+}
+
+// RetryIf adds a predicate: an error the classifier would not retry is
+// retried when pred returns true, with pred's cause. Permanent errors and
+// ended contexts are never retried, whatever pred says.
+func RetryIf(pred Classifier) Option {
+	return func(p *Policy) {
+		if pred != nil {
+			p.extra = append(p.extra, pred)
+		}
+	}
+}
+
+// RetryLockTimeout also retries SQLSTATE 55P03 (lock_timeout ran out).
+func RetryLockTimeout() Option {
+	return RetryIf(func(err error) (bool, string) {
+		return SQLState(err) == CodeLockNotAvailable, CodeLockNotAvailable
+	})
+}
+
+// Policy is a reusable set of options. Build it once (New) and call Do on
+// it from many goroutines; it is immutable after New.
+type Policy struct {
+	attempts int
+	elapsed  time.Duration
+	backoff  Backoff
+	rand     Rand
+	observer observe.Observer
+	classify Classifier
+	extra    []Classifier
+	sleep    func(context.Context, time.Duration) error // tests replace it
+}
+
+// New builds a Policy from options.
+func New(opts ...Option) *Policy {
+	p := &Policy{}
+	p.init(opts)
+	return p
+}
+
+func (p *Policy) init(opts []Option) {
+	*p = Policy{
+		attempts: defaultAttempts,
+		backoff:  exponential{base: defaultBase, max: defaultMax},
+		rand:     globalRand{},
+		observer: observe.Nop{},
+		classify: Default,
+		sleep:    sleep,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+}
+
+// Do runs fn until it succeeds, fails with an error that is not retryable,
+// or the limits run out. See the package documentation for what is retried.
+func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) error {
+	err := fn(ctx)
+	if err == nil {
+		return nil
+	}
+	var p Policy
+	p.init(opts)
+	return p.loop(ctx, fn, err, time.Now())
+}
+
+// DoValue is Do for functions that return a value with their error. On
+// failure it returns the zero T.
+func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), opts ...Option) (T, error) {
+	v, err := fn(ctx)
+	if err == nil {
+		return v, nil
+	}
+	var p Policy
+	p.init(opts)
+	return doValue(ctx, &p, fn, err)
+}
+
+// Do runs fn under this policy, like the package-level Do.
+func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
+	err := fn(ctx)
+	if err == nil {
+		return nil
+	}
+	return p.loop(ctx, fn, err, time.Now())
+}
+
+// Wrap turns a repository method into one that retries under opts. The
+// options are read once, here; each call of the result costs what Do costs.
+//
+//	getAndPay := retry.Wrap(repo.Pay, retry.WithMaxAttempts(5))
+//	receipt, err := getAndPay(ctx, orderID)
+func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
+	p := New(opts...)
+	return func(ctx context.Context, in In) (Out, error) {
+		out, err := f(ctx, in)
+		if err == nil {
+			return out, nil
+		}
+		return doValue(ctx, p, func(ctx context.Context) (Out, error) { return f(ctx, in) }, err)
+	}
+}
+
+// WrapErr is Wrap for methods that return only an error.
+func WrapErr[In any](f func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
+	p := New(opts...)
+	return func(ctx context.Context, in In) error {
+		err := f(ctx, in)
+		if err == nil {
+			return nil
+		}
+		return p.loop(ctx, func(ctx context.Context) error { return f(ctx, in) }, err, time.Now())
+	}
+}
+
+func doValue[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), first error) (T, error) {
+	var v T
+	err := p.loop(ctx, func(ctx context.Context) error {
+		var err error
+		v, err = fn(ctx)
+		return err
+	}, first, time.Now())
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
+// loop continues after the first attempt failed with err; start is roughly
+// when that attempt ended (the time limit counts from the first failure).
+func (p *Policy) loop(ctx context.Context, fn func(context.Context) error, err error, start time.Time) error {
+	for attempt := 1; ; attempt++ {
+		retry, cause := p.shouldRetry(ctx, err)
+		if !retry {
+			return err
+		}
+		if attempt >= p.attempts {
+			return &ExhaustedError{Attempts: attempt, Reason: ReasonAttempts, Cause: cause, Err: err}
+		}
+		wait := p.backoff.Delay(attempt, p.rand)
+		if p.elapsed > 0 && time.Since(start)+wait > p.elapsed {
+			return &ExhaustedError{Attempts: attempt, Reason: ReasonElapsed, Cause: cause, Err: err}
+		}
+		p.observer.Observe(ctx, observe.Event{Kind: observe.Retry, Source: "retry",
+			Attempt: attempt, Cause: cause, Wait: wait, Err: err})
+		if cerr := p.sleep(ctx, wait); cerr != nil {
+			return &ExhaustedError{Attempts: attempt, Reason: ReasonContext, Cause: cause, Err: err, CtxErr: cerr}
+		}
+		if err = fn(ctx); err == nil {
+			return nil
+		}
+	}
+}
+
+func (p *Policy) shouldRetry(ctx context.Context, err error) (bool, string) {
+	if ctx.Err() != nil || isContextErr(err) || IsPermanent(err) {
+		return false, ""
+	}
+	if ok, cause := p.classify(err); ok {
+		return true, cause
+	}
+	for _, pred := range p.extra {
+		if ok, cause := pred(err); ok {
+			return true, cause
+		}
+	}
+	return false, ""
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

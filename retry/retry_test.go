@@ -1,0 +1,362 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlock/sqlock/observe"
+)
+
+type causeErr string
+
+func (c causeErr) Error() string      { return "conflict: " + string(c) }
+func (c causeErr) RetryCause() string { return string(c) }
+
+type stateErr string
+
+func (s stateErr) Error() string    { return "sqlstate " + string(s) }
+func (s stateErr) SQLState() string { return string(s) }
+
+// noSleep records waits instead of sleeping.
+func noSleep(waits *[]time.Duration) Option {
+	return func(p *Policy) {
+		p.sleep = func(ctx context.Context, d time.Duration) error {
+			*waits = append(*waits, d)
+			return ctx.Err()
+		}
+	}
+}
+
+func failing(n int, err error) (func(context.Context) error, *int) {
+	calls := 0
+	return func(context.Context) error {
+		calls++
+		if calls <= n {
+			return err
+		}
+		return nil
+	}, &calls
+}
+
+func TestSucceedsAfterRetries(t *testing.T) {
+	var waits []time.Duration
+	fn, calls := failing(3, causeErr("stale"))
+	if err := Do(context.Background(), fn, noSleep(&waits)); err != nil {
+		t.Fatal(err)
+	}
+	if *calls != 4 || len(waits) != 3 {
+		t.Fatalf("calls %d waits %d, want 4 and 3", *calls, len(waits))
+	}
+}
+
+func TestAttemptLimit(t *testing.T) {
+	var waits []time.Duration
+	stale := causeErr("stale")
+	fn, calls := failing(100, stale)
+	err := Do(context.Background(), fn, WithMaxAttempts(4), noSleep(&waits))
+	var ex *ExhaustedError
+	if !errors.As(err, &ex) || ex.Attempts != 4 || ex.Reason != ReasonAttempts || ex.Cause != "stale" {
+		t.Fatalf("got %v", err)
+	}
+	if !errors.Is(err, ErrExhausted) || !errors.Is(err, stale) {
+		t.Fatal("exhausted error must match ErrExhausted and the last error")
+	}
+	if *calls != 4 || len(waits) != 3 {
+		t.Fatalf("calls %d waits %d", *calls, len(waits))
+	}
+	fn, calls = failing(100, stale)
+	Do(context.Background(), fn, WithMaxAttempts(0), noSleep(&waits))
+	if *calls != 1 {
+		t.Fatalf("WithMaxAttempts(0) must run once, ran %d", *calls)
+	}
+}
+
+func TestElapsedLimit(t *testing.T) {
+	fn, calls := failing(1000, causeErr("stale"))
+	err := Do(context.Background(), fn, WithMaxAttempts(1000),
+		WithBackoff(Constant(10*time.Millisecond)), WithMaxElapsed(55*time.Millisecond))
+	var ex *ExhaustedError
+	if !errors.As(err, &ex) || ex.Reason != ReasonElapsed {
+		t.Fatalf("got %v", err)
+	}
+	// 55ms of budget fits at most five 10ms waits.
+	if *calls < 2 || *calls > 6 {
+		t.Fatalf("calls %d, want 2..6 within a 55ms budget of 10ms waits", *calls)
+	}
+}
+
+func TestExponentialJitterBounds(t *testing.T) {
+	b := Exponential(time.Millisecond, 50*time.Millisecond)
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 1; n <= 70; n++ {
+		ceiling := min(time.Millisecond<<min(n-1, 40), 50*time.Millisecond)
+		lo, hi := ceiling, time.Duration(0)
+		for i := 0; i < 2000; i++ {
+			d := b.Delay(n, r)
+			if d < 0 || d > ceiling {
+				t.Fatalf("attempt %d: delay %v outside [0, %v]", n, d, ceiling)
+			}
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		// Full jitter uses the whole range.
+		if lo > ceiling/10 || hi < ceiling*9/10 {
+			t.Fatalf("attempt %d: delays span [%v, %v] of [0, %v]", n, lo, hi, ceiling)
+		}
+	}
+	// The same seed gives the same sequence.
+	r1, r2 := rand.New(rand.NewPCG(7, 7)), rand.New(rand.NewPCG(7, 7))
+	for n := 1; n < 20; n++ {
+		if b.Delay(n, r1) != b.Delay(n, r2) {
+			t.Fatal("seeded jitter is not reproducible")
+		}
+	}
+	if d := Exponential(0, 0).Delay(100, r); d > defaultMax {
+		t.Fatalf("defaults: %v", d)
+	}
+	if d := Exponential(time.Second, time.Millisecond).Delay(1, r); d > time.Second {
+		t.Fatalf("max below base is raised to base: %v", d)
+	}
+}
+
+func TestSeededRandGivesSameWaits(t *testing.T) {
+	run := func() []time.Duration {
+		var waits []time.Duration
+		fn, _ := failing(5, causeErr("stale"))
+		Do(context.Background(), fn, WithRand(rand.New(rand.NewPCG(3, 4))), noSleep(&waits))
+		return waits
+	}
+	a, b := run(), run()
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("%v != %v", a, b)
+	}
+}
+
+func TestConstant(t *testing.T) {
+	var waits []time.Duration
+	fn, _ := failing(3, causeErr("stale"))
+	Do(context.Background(), fn, WithBackoff(Constant(7*time.Millisecond)), noSleep(&waits))
+	for _, w := range waits {
+		if w != 7*time.Millisecond {
+			t.Fatalf("waits %v", waits)
+		}
+	}
+}
+
+func TestCancelledMidSleep(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- Do(ctx, func(context.Context) error {
+			calls++
+			return causeErr("stale")
+		}, WithBackoff(Constant(time.Hour)))
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	err := <-done
+	var ex *ExhaustedError
+	if !errors.As(err, &ex) || ex.Reason != ReasonContext {
+		t.Fatalf("got %v", err)
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, causeErr("stale")) {
+		t.Fatal("must wrap both the context error and the last error")
+	}
+	if calls != 1 {
+		t.Fatalf("fn ran %d times after cancellation", calls)
+	}
+}
+
+func TestNeverRetried(t *testing.T) {
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	plain := errors.New("boom")
+	for name, tc := range map[string]struct {
+		ctx context.Context
+		err error
+	}{
+		"plain":             {ctx, plain},
+		"unique violation":  {ctx, stateErr("23505")},
+		"lock timeout":      {ctx, stateErr("55P03")},
+		"statement timeout": {ctx, stateErr("57014")},
+		"ctx canceled":      {ctx, fmt.Errorf("query: %w", context.Canceled)},
+		"deadline":          {ctx, context.DeadlineExceeded},
+		"stopped stale":     {ctx, Stop(causeErr("stale"))},
+		"stopped 40001":     {ctx, fmt.Errorf("commit: %w", Stop(stateErr("40001")))},
+		"cancelled ctx":     {cancelled, causeErr("stale")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			calls := 0
+			err := Do(tc.ctx, func(context.Context) error { calls++; return tc.err }, RetryIf(func(error) (bool, string) {
+				return name == "stopped stale" || name == "cancelled ctx", "forced"
+			}))
+			if calls != 1 {
+				t.Fatalf("ran %d times", calls)
+			}
+			if err != tc.err {
+				t.Fatalf("error must be returned unchanged: %v", err)
+			}
+		})
+	}
+}
+
+func TestClassification(t *testing.T) {
+	for _, tc := range []struct {
+		err   error
+		retry bool
+		cause string
+	}{
+		{causeErr("stale"), true, "stale"},
+		{fmt.Errorf("wrapped: %w", causeErr("stale")), true, "stale"},
+		{causeErr(""), false, ""},
+		{stateErr("40001"), true, "40001"},
+		{fmt.Errorf("tx: %w", stateErr("40P01")), true, "40P01"},
+		{stateErr("55P03"), false, ""},
+		{errors.New("x"), false, ""},
+		{nil, false, ""},
+	} {
+		if ok, cause := Default(tc.err); ok != tc.retry || cause != tc.cause {
+			t.Errorf("Default(%v) = %v %q", tc.err, ok, cause)
+		}
+	}
+}
+
+func TestRetryLockTimeoutAndPredicates(t *testing.T) {
+	var waits []time.Duration
+	fn, calls := failing(2, stateErr("55P03"))
+	if err := Do(context.Background(), fn, RetryLockTimeout(), noSleep(&waits)); err != nil || *calls != 3 {
+		t.Fatalf("55P03 with RetryLockTimeout: %v after %d calls", err, *calls)
+	}
+	special := errors.New("special")
+	fn, calls = failing(2, special)
+	if err := Do(context.Background(), fn, noSleep(&waits),
+		RetryIf(func(err error) (bool, string) { return errors.Is(err, special), "special" })); err != nil || *calls != 3 {
+		t.Fatalf("RetryIf: %v after %d calls", err, *calls)
+	}
+	// WithClassifier replaces the default: stale is no longer retried.
+	fn, calls = failing(2, causeErr("stale"))
+	err := Do(context.Background(), fn, noSleep(&waits),
+		WithClassifier(func(error) (bool, string) { return false, "" }))
+	if *calls != 1 || !errors.Is(err, causeErr("stale")) {
+		t.Fatalf("WithClassifier: %v after %d calls", err, *calls)
+	}
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []observe.Event
+}
+
+func (r *recorder) Observe(_ context.Context, e observe.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func TestObserverSeesEachRetry(t *testing.T) {
+	var waits []time.Duration
+	rec := &recorder{}
+	fn, _ := failing(2, stateErr("40001"))
+	Do(context.Background(), fn, WithObserver(rec), noSleep(&waits))
+	if len(rec.events) != 2 {
+		t.Fatalf("events %v", rec.events)
+	}
+	for i, e := range rec.events {
+		if e.Kind != observe.Retry || e.Attempt != i+1 || e.Cause != "40001" || e.Wait != waits[i] {
+			t.Fatalf("event %d: %+v", i, e)
+		}
+	}
+}
+
+func TestWrapAndDoValue(t *testing.T) {
+	var waits []time.Duration
+	calls := 0
+	get := Wrap(func(_ context.Context, id int) (string, error) {
+		calls++
+		if calls < 3 {
+			return "partial", causeErr("stale")
+		}
+		return fmt.Sprint("order-", id), nil
+	}, noSleep(&waits))
+	got, err := get(context.Background(), 7)
+	if err != nil || got != "order-7" || calls != 3 {
+		t.Fatalf("Wrap: %q %v after %d calls", got, err, calls)
+	}
+	v, err := DoValue(context.Background(), func(context.Context) (int, error) { return 42, errors.New("no") })
+	if err == nil || v != 0 {
+		t.Fatalf("DoValue on failure must return the zero value: %d %v", v, err)
+	}
+	n := 0
+	pay := WrapErr(func(_ context.Context, amount int) error {
+		n++
+		if n == 1 {
+			return stateErr("40P01")
+		}
+		return nil
+	}, noSleep(&waits))
+	if err := pay(context.Background(), 10); err != nil || n != 2 {
+		t.Fatalf("WrapErr: %v after %d", err, n)
+	}
+}
+
+func TestPolicyIsReusableConcurrently(t *testing.T) {
+	p := New(WithBackoff(Constant(0)), WithMaxAttempts(50))
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn, calls := failing(5, causeErr("stale"))
+			if err := p.Do(context.Background(), fn); err != nil || *calls != 6 {
+				t.Errorf("%v after %d calls", err, *calls)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestFirstAttemptSuccessAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	opts := []Option{WithMaxAttempts(3), WithBackoff(Constant(time.Millisecond))}
+	if n := testing.AllocsPerRun(1000, func() { _ = Do(ctx, ok) }); n != 0 {
+		t.Fatalf("Do: %v allocs", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { _ = Do(ctx, ok, opts...) }); n != 0 {
+		t.Fatalf("Do with options: %v allocs", n)
+	}
+	p := New(opts...)
+	if n := testing.AllocsPerRun(1000, func() { _ = p.Do(ctx, ok) }); n != 0 {
+		t.Fatalf("Policy.Do: %v allocs", n)
+	}
+	okv := func(context.Context) (int, error) { return 1, nil }
+	if n := testing.AllocsPerRun(1000, func() { _, _ = DoValue(ctx, okv) }); n != 0 {
+		t.Fatalf("DoValue: %v allocs", n)
+	}
+}
+
+var sinkErr error
+
+func BenchmarkDoFirstAttemptSuccess(b *testing.B) {
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkErr = Do(ctx, ok)
+	}
+}
+
+func BenchmarkDirectCall(b *testing.B) {
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkErr = ok(ctx)
+	}
+}
