@@ -1,0 +1,297 @@
+package versioned
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// Sentinels. Every error this package returns is one of the typed errors
+// below, and each typed error matches exactly one sentinel with errors.Is.
+var (
+	// ErrStale: a versioned write matched no row at the expected version.
+	// Returned as *StaleError.
+	ErrStale = errors.New("versioned: stale version")
+
+	// ErrOverflow: the next version does not fit the version's type, or a
+	// version value is outside the range the type (or database/sql) can
+	// carry. Returned as *OverflowError. Nothing is sent to the database.
+	ErrOverflow = errors.New("versioned: version overflow")
+
+	// ErrNoKey: a write has no key value to target (nil, a nil pointer, a
+	// zero value, a NULL driver.Valuer, or a composite key of the wrong
+	// length). The statement is never widened to every row with that
+	// version. Returned as *KeyError.
+	ErrNoKey = errors.New("versioned: missing key value")
+
+	// ErrKeyNotUnique: a write by key affected more than one row, so the
+	// key columns do not identify a row. Returned as *RowsError. The
+	// statement has run: roll back the transaction it ran in.
+	ErrKeyNotUnique = errors.New("versioned: key matched more than one row")
+
+	// ErrInvalidModel: a struct's lock tags are wrong (a version field that
+	// is not a plain integer, two version fields, an unknown tag option …).
+	// Returned as *TagError.
+	ErrInvalidModel = errors.New("versioned: invalid model")
+
+	// ErrNoVersionField: the struct has no lock:"version" field. Returned
+	// as *TagError.
+	ErrNoVersionField = errors.New("versioned: no lock:\"version\" field")
+
+	// ErrNilHandle: the database handle is nil (an untyped nil or a nil
+	// *sql.DB, *sql.Tx, *sql.Conn …). Returned as *InputError.
+	ErrNilHandle = errors.New("versioned: nil database handle")
+
+	// ErrInvalidIdent: a table or column name is empty, contains NUL or is
+	// not valid UTF-8. Returned as *InputError.
+	ErrInvalidIdent = errors.New("versioned: invalid identifier")
+
+	// ErrInvalidArg: any other argument a call cannot honour (a nil Table,
+	// an assignment to the version column, a duplicate column, a
+	// compare-and-swap without a compare or without a swap …). Returned as
+	// *InputError.
+	ErrInvalidArg = errors.New("versioned: invalid argument")
+)
+
+// Op is the kind of versioned write that went stale.
+type Op uint8
+
+const (
+	// OpUpdate is a versioned UPDATE.
+	OpUpdate Op = iota + 1
+	// OpDelete is a versioned DELETE.
+	OpDelete
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	}
+	return "write"
+}
+
+// RowState is what a stale probe found: the one query run after a conflict,
+// only when the caller asked for it (WithProbe).
+type RowState uint8
+
+const (
+	// RowUnknown: not probed (probing is off, or the probe itself failed;
+	// see StaleError.ProbeErr).
+	RowUnknown RowState = iota
+	// RowGone: no row has the key any more (it was deleted, or never
+	// existed).
+	RowGone
+	// RowChanged: the row exists at another version (StaleError.Current).
+	RowChanged
+	// RowUnchanged: the row exists at the expected version, so some other
+	// condition of the statement failed. Only a hand-written statement with
+	// extra conditions (Guard) can get this.
+	RowUnchanged
+)
+
+func (s RowState) String() string {
+	switch s {
+	case RowGone:
+		return "gone"
+	case RowChanged:
+		return "changed"
+	case RowUnchanged:
+		return "unchanged"
+	}
+	return "unknown"
+}
+
+// StaleError reports a versioned write that changed nothing because the row
+// was not at the expected version (or is gone). errors.Is(err, ErrStale) is
+// true for it, and it has RetryCause() == "stale", which is how package
+// retry recognises it as worth another attempt: re-read the row and try
+// again.
+type StaleError struct {
+	Table    string // the table as given to the Table or Guard
+	Key      any    // the key value as given (a CompositeKey for several columns)
+	Expected int64  // the version the write expected
+	Op       Op     // OpUpdate or OpDelete
+
+	// Set only when probing was asked for.
+	State    RowState // what the probe found
+	Current  int64    // the row's version when State is RowChanged or RowUnchanged
+	ProbeErr error    // the probe's own error, when State is RowUnknown because it failed
+}
+
+func (e *StaleError) Error() string {
+	var b strings.Builder
+	b.WriteString("versioned: stale version: ")
+	b.WriteString(e.Op.String())
+	b.WriteString(" of ")
+	b.WriteString(e.Table)
+	b.WriteString(" key ")
+	b.WriteString(formatKey(e.Key))
+	b.WriteString(" at version ")
+	b.WriteString(strconv.FormatInt(e.Expected, 10))
+	switch e.State {
+	case RowGone:
+		b.WriteString(": row is gone")
+	case RowChanged:
+		b.WriteString(": row is now at version ")
+		b.WriteString(strconv.FormatInt(e.Current, 10))
+	case RowUnchanged:
+		b.WriteString(": row is still at that version (another condition failed)")
+	default:
+		if e.ProbeErr != nil {
+			b.WriteString(" (probe failed: ")
+			b.WriteString(e.ProbeErr.Error())
+			b.WriteString(")")
+		}
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrStale) true.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// RetryCause returns "stale": the contract by which package retry (which
+// imports nothing of this package) retries a stale write.
+func (e *StaleError) RetryCause() string { return "stale" }
+
+// Gone reports whether a probe found the row deleted (or never there).
+func (e *StaleError) Gone() bool { return e.State == RowGone }
+
+// OverflowError reports a version that cannot be incremented, or a value that
+// does not fit the version's type. Nothing was sent to the database.
+type OverflowError struct {
+	Type  string // the Go type of the version ("int8", "uint64", …)
+	Value string // the offending value, in decimal
+	Max   int64  // the largest version the type can take here
+	Min   int64  // the smallest
+}
+
+func (e *OverflowError) Error() string {
+	return fmt.Sprintf("versioned: version overflow: %s does not fit or cannot be incremented within %s [%d, %d]",
+		e.Value, e.Type, e.Min, e.Max)
+}
+
+// Is makes errors.Is(err, ErrOverflow) true.
+func (e *OverflowError) Is(target error) bool { return target == ErrOverflow }
+
+// KeyError reports a missing key value: the write was refused, nothing was
+// sent.
+type KeyError struct {
+	Table  string
+	Column string // the key column with no value ("" when the key's shape is wrong)
+	Reason string
+}
+
+func (e *KeyError) Error() string {
+	s := "versioned: missing key value for " + e.Table
+	if e.Column != "" {
+		s += "." + e.Column
+	}
+	return s + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrNoKey) true.
+func (e *KeyError) Is(target error) bool { return target == ErrNoKey }
+
+// RowsError reports a write by key that affected more than one row.
+type RowsError struct {
+	Table string
+	Key   any
+	Rows  int64
+}
+
+func (e *RowsError) Error() string {
+	return fmt.Sprintf("versioned: key %s of %s matched %d rows; key columns must be unique",
+		formatKey(e.Key), e.Table, e.Rows)
+}
+
+// Is makes errors.Is(err, ErrKeyNotUnique) true.
+func (e *RowsError) Is(target error) bool { return target == ErrKeyNotUnique }
+
+// TagError reports a struct type whose lock tags cannot be used, the first
+// time the type is seen (the verdict is cached with the type).
+type TagError struct {
+	Type   reflect.Type // the struct type
+	Field  string       // the Go field name ("" for the type as a whole)
+	Tag    string       // the lock tag's value, when there is one
+	Reason string
+	noVer  bool // ErrNoVersionField rather than ErrInvalidModel
+}
+
+func (e *TagError) Error() string {
+	var b strings.Builder
+	b.WriteString("versioned: ")
+	if e.Type != nil {
+		b.WriteString(e.Type.String())
+	} else {
+		b.WriteString("<nil type>")
+	}
+	if e.Field != "" {
+		b.WriteString(".")
+		b.WriteString(e.Field)
+	}
+	if e.Tag != "" {
+		b.WriteString(` lock:"`)
+		b.WriteString(e.Tag)
+		b.WriteString(`"`)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Is makes errors.Is true for ErrInvalidModel, or for ErrNoVersionField when
+// the type simply has no version field.
+func (e *TagError) Is(target error) bool {
+	if e.noVer {
+		return target == ErrNoVersionField
+	}
+	return target == ErrInvalidModel
+}
+
+// InputError reports a bad argument: a nil handle, an invalid identifier,
+// or another argument the call cannot honour. Nothing was sent.
+type InputError struct {
+	Op     string // the call: "update", "delete", "compare-and-swap", "table", "check", "quote"
+	Arg    string // which argument: "db", "table", "column", "set", …
+	Reason string
+	Kind   error // ErrNilHandle, ErrInvalidIdent or ErrInvalidArg
+}
+
+func (e *InputError) Error() string {
+	return "versioned: " + e.Op + ": " + e.Arg + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, e.Kind) true.
+func (e *InputError) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the sentinel.
+func (e *InputError) Unwrap() error { return e.Kind }
+
+func inputErr(op, arg, reason string, kind error) error {
+	return &InputError{Op: op, Arg: arg, Reason: reason, Kind: kind}
+}
+
+// formatKey prints a key for messages: strings quoted, byte slices in hex,
+// composite keys in parentheses.
+func formatKey(k any) string {
+	switch v := k.(type) {
+	case nil:
+		return "<nil>"
+	case string:
+		return strconv.Quote(v)
+	case []byte:
+		return fmt.Sprintf("%x", v)
+	case CompositeKey:
+		parts := make([]string, len(v))
+		for i, p := range v {
+			parts[i] = formatKey(p)
+		}
+		return "(" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Sprint(k) // fmt recovers from a panicking String method
+}

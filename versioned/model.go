@@ -1,0 +1,485 @@
+package versioned
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+)
+
+// TagName is the struct tag this package reads.
+const TagName = "lock"
+
+// Tag is a parsed lock tag. The grammar is a comma-separated list of
+// items, spaces around items ignored:
+//
+//	version          the field is the row's version (one per struct)
+//	key              the field is (part of) the row's key
+//	column=NAME      the column's name, overriding db:"…" and snake_case
+//
+// Exactly one of version and key must be present; anything else (an empty
+// tag, an empty or unknown item, a repeated item, an empty column) is an
+// error, so a typo such as lock:"verison" is caught rather than ignored.
+type Tag struct {
+	Version bool
+	Key     bool
+	Column  string // "" unless column= was given
+}
+
+// ParseTag parses the value of a lock tag.
+func ParseTag(s string) (Tag, error) {
+	var t Tag
+	if strings.TrimSpace(s) == "" {
+		return t, fmt.Errorf("empty lock tag: want %q or %q", "version", "key")
+	}
+	seenCol := false
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		switch {
+		case item == "":
+			return Tag{}, fmt.Errorf("empty item in lock tag %q", s)
+		case item == "version":
+			if t.Version {
+				return Tag{}, fmt.Errorf("%q repeated in lock tag", item)
+			}
+			t.Version = true
+		case item == "key":
+			if t.Key {
+				return Tag{}, fmt.Errorf("%q repeated in lock tag", item)
+			}
+			t.Key = true
+		case strings.HasPrefix(item, "column="):
+			if seenCol {
+				return Tag{}, fmt.Errorf("column= repeated in lock tag %q", s)
+			}
+			seenCol = true
+			t.Column = strings.TrimSpace(item[len("column="):])
+			if err := checkIdent("tag", "column", t.Column); err != nil {
+				return Tag{}, fmt.Errorf("bad column in lock tag %q: %w", s, err)
+			}
+		default:
+			return Tag{}, fmt.Errorf("unknown item %q in lock tag (known: version, key, column=NAME)", item)
+		}
+	}
+	switch {
+	case t.Version && t.Key:
+		return Tag{}, fmt.Errorf("lock tag %q: a field cannot be both version and key", s)
+	case !t.Version && !t.Key:
+		return Tag{}, fmt.Errorf("lock tag %q: says neither version nor key", s)
+	}
+	return t, nil
+}
+
+// String returns the canonical form of t, which ParseTag reads back as t.
+func (t Tag) String() string {
+	var s string
+	switch {
+	case t.Version:
+		s = "version"
+	case t.Key:
+		s = "key"
+	}
+	if t.Column != "" {
+		s += ",column=" + t.Column
+	}
+	return s
+}
+
+// Field is a struct's version field, found and checked once per type. ORM
+// integrations read and write the version through it without further
+// reflection on the type.
+type Field struct {
+	Name   string       // the Go field name
+	Index  []int        // for reflect.Value.FieldByIndex from the struct
+	Type   reflect.Type // the field's type (int8, a named type on uint32, …)
+	Kind   reflect.Kind // its integer kind
+	Column string       // column name hint: lock column=, else db:"…", else SnakeCase(Name)
+	DBTag  string       // the db tag's name part, "" when absent
+	Min    int64        // smallest version the field holds
+	Max    int64        // largest version the field holds (capped at math.MaxInt64)
+
+	owner reflect.Type
+}
+
+// Signed reports whether the field is a signed integer.
+func (f *Field) Signed() bool { return f.Kind >= reflect.Int && f.Kind <= reflect.Int64 }
+
+// Next returns cur + 1, or *OverflowError when cur is the field's largest
+// value (or outside its range).
+func (f *Field) Next(cur int64) (int64, error) { return next(cur, f.Min, f.Max, f.Type.String()) }
+
+// Get returns the version held by v, a struct of the field's type or a
+// pointer to one.
+func (f *Field) Get(v reflect.Value) (int64, error) {
+	fv, err := f.value(v, false)
+	if err != nil {
+		return 0, err
+	}
+	if f.Signed() {
+		return fv.Int(), nil
+	}
+	u := fv.Uint()
+	if u > math.MaxInt64 {
+		return 0, &OverflowError{Type: f.Type.String(), Value: strconv.FormatUint(u, 10), Min: f.Min, Max: f.Max}
+	}
+	return int64(u), nil
+}
+
+// Set stores n in v's version field; v must be a pointer to the struct (or
+// an addressable struct). A value outside the field's range is
+// *OverflowError and leaves the field unchanged.
+func (f *Field) Set(v reflect.Value, n int64) error {
+	fv, err := f.value(v, true)
+	if err != nil {
+		return err
+	}
+	if n < f.Min || n > f.Max {
+		return &OverflowError{Type: f.Type.String(), Value: strconv.FormatInt(n, 10), Min: f.Min, Max: f.Max}
+	}
+	if f.Signed() {
+		fv.SetInt(n)
+	} else {
+		fv.SetUint(uint64(n))
+	}
+	return nil
+}
+
+func (f *Field) value(v reflect.Value, set bool) (reflect.Value, error) {
+	const op = "version field"
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return reflect.Value{}, inputErr(op, "value", "nil "+v.Type().String(), ErrInvalidArg)
+		}
+		v = v.Elem()
+	}
+	if !v.IsValid() || v.Type() != f.owner {
+		return reflect.Value{}, inputErr(op, "value", fmt.Sprintf("%s is not a %s or a pointer to one", typeOf(v), f.owner), ErrInvalidArg)
+	}
+	var fv reflect.Value
+	if len(f.Index) == 1 {
+		fv = v.Field(f.Index[0])
+	} else {
+		fv = v.FieldByIndex(f.Index)
+	}
+	if set && !fv.CanSet() {
+		return reflect.Value{}, inputErr(op, "value", "the struct is not addressable: pass a pointer", ErrInvalidArg)
+	}
+	return fv, nil
+}
+
+func typeOf(v reflect.Value) string {
+	if !v.IsValid() {
+		return "invalid value"
+	}
+	return v.Type().String()
+}
+
+// KeyField is a struct field that holds (part of) the row's key.
+type KeyField struct {
+	Name   string
+	Index  []int
+	Type   reflect.Type
+	Column string // column name hint, as for Field
+}
+
+// Model is what this package knows about a struct type: its version field
+// and its key fields. ModelOf computes it once per type.
+type Model struct {
+	Type    reflect.Type // the struct type
+	Version *Field
+	// Keys are the fields tagged lock:"key", in declaration order; when no
+	// field is tagged, the one field whose column hint is "id" (ID, Id,
+	// db:"id"), if there is one. Empty otherwise: KeyOf then fails with
+	// ErrNoKey, and ORMs use their own primary key.
+	Keys []*KeyField
+}
+
+type modelEntry struct {
+	m   *Model
+	err error
+}
+
+// models caches ModelOf by struct type, verdicts included: a bad type fails
+// the same way every time and is parsed once.
+var models sync.Map // reflect.Type → modelEntry
+
+// ModelOf returns the model of struct type t (or pointer to struct). It
+// fails with *TagError: ErrNoVersionField when no field is tagged
+// lock:"version", ErrInvalidModel for every misuse (a version that is not a
+// Go integer, a pointer such as *int64, two version fields, an unexported
+// tagged field, a tag reached through an embedded pointer, a bad tag).
+//
+// Nullable versions (*int64, sql.NullInt64) are refused: NULL = $n is never
+// true and NULL + 1 is NULL, so a NULL version would turn every write into
+// a conflict or a silent no-op. Use a NOT NULL column with DEFAULT 0 (or 1)
+// and a plain integer field.
+func ModelOf(t reflect.Type) (*Model, error) {
+	if t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return nil, &TagError{Reason: "nil type"}
+	}
+	if e, ok := models.Load(t); ok {
+		me := e.(modelEntry)
+		return me.m, me.err
+	}
+	m, err := parseModel(t)
+	e, _ := models.LoadOrStore(t, modelEntry{m, err})
+	me := e.(modelEntry)
+	return me.m, me.err
+}
+
+// FieldOf returns the version field of struct type t (or pointer to
+// struct); see ModelOf for the errors.
+func FieldOf(t reflect.Type) (*Field, error) {
+	m, err := ModelOf(t)
+	if err != nil {
+		return nil, err
+	}
+	return m.Version, nil
+}
+
+// VersionOf returns the version held by the struct (or pointer to struct)
+// v.
+func VersionOf(v any) (int64, error) {
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() {
+		return 0, inputErr("version field", "value", "nil", ErrInvalidArg)
+	}
+	f, err := FieldOf(rv.Type())
+	if err != nil {
+		return 0, err
+	}
+	return f.Get(rv)
+}
+
+// SetVersion stores n in the version field of the struct ptr points to.
+func SetVersion(ptr any, n int64) error {
+	rv := reflect.ValueOf(ptr)
+	if rv.Kind() != reflect.Pointer {
+		return inputErr("version field", "value", fmt.Sprintf("%T is not a pointer to a struct", ptr), ErrInvalidArg)
+	}
+	f, err := FieldOf(rv.Type())
+	if err != nil {
+		return err
+	}
+	return f.Set(rv, n)
+}
+
+// KeyColumns returns the key fields' column hints.
+func (m *Model) KeyColumns() []string {
+	cols := make([]string, len(m.Keys))
+	for i, k := range m.Keys {
+		cols[i] = k.Column
+	}
+	return cols
+}
+
+// KeyOf returns the key value of v (a struct of m's type or a pointer to
+// one): the field's value for one key field, a CompositeKey for several. A
+// zero or nil key value is *KeyError (ErrNoKey): an unsaved struct must
+// never become an UPDATE or DELETE without a key.
+func (m *Model) KeyOf(v reflect.Value) (any, error) { return m.keyOf(v, false) }
+
+func (m *Model) keyOf(v reflect.Value, zeroOK bool) (any, error) {
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil, inputErr("key", "value", "nil "+v.Type().String(), ErrInvalidArg)
+		}
+		v = v.Elem()
+	}
+	if !v.IsValid() || v.Type() != m.Type {
+		return nil, inputErr("key", "value", fmt.Sprintf("%s is not a %s or a pointer to one", typeOf(v), m.Type), ErrInvalidArg)
+	}
+	if len(m.Keys) == 0 {
+		return nil, &KeyError{Table: m.Type.String(), Reason: `no key field: tag the key field(s) lock:"key"`}
+	}
+	vals := make(CompositeKey, len(m.Keys))
+	for i, k := range m.Keys {
+		x := v.FieldByIndex(k.Index).Interface()
+		if reason := missingKey(x, zeroOK); reason != "" {
+			return nil, &KeyError{Table: m.Type.String(), Column: k.Column, Reason: reason}
+		}
+		vals[i] = x
+	}
+	if len(vals) == 1 {
+		return vals[0], nil
+	}
+	return vals, nil
+}
+
+// Table is NewTable(name) with the model's key and version column hints,
+// then opts (which may override them).
+func (m *Model) Table(name string, opts ...Option) (*Table, error) {
+	base := []Option{WithVersionColumn(m.Version.Column)}
+	if len(m.Keys) > 0 {
+		base = append(base, WithKey(m.KeyColumns()...))
+	}
+	return NewTable(name, append(base, opts...)...)
+}
+
+func parseModel(t reflect.Type) (*Model, error) {
+	if t.Kind() != reflect.Struct {
+		return nil, &TagError{Type: t, Reason: "not a struct"}
+	}
+	m := &Model{Type: t}
+	var idCands []*KeyField
+	idDepth := -1
+	var walk func(st reflect.Type, index []int, viaPtr string, seen []reflect.Type) error
+	walk = func(st reflect.Type, index []int, viaPtr string, seen []reflect.Type) error {
+		for i := 0; i < st.NumField(); i++ {
+			sf := st.Field(i)
+			idx := append(index[:len(index):len(index)], i)
+			raw, tagged := sf.Tag.Lookup(TagName)
+			if tagged {
+				if err := m.addTagged(t, sf, idx, raw, viaPtr); err != nil {
+					return err
+				}
+			} else if sf.IsExported() && viaPtr == "" && !sf.Anonymous && columnHint(sf, "") == "id" {
+				switch d := len(idx); {
+				case idDepth == -1 || d < idDepth:
+					idDepth, idCands = d, []*KeyField{keyField(sf, idx, "")}
+				case d == idDepth:
+					idCands = append(idCands, keyField(sf, idx, ""))
+				}
+			}
+			if !sf.Anonymous || tagged {
+				continue
+			}
+			ft, via := sf.Type, viaPtr
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+				if via == "" {
+					via = sf.Type.String()
+				}
+			}
+			if ft.Kind() != reflect.Struct || containsType(seen, ft) {
+				continue
+			}
+			if err := walk(ft, idx, via, append(seen, ft)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(t, nil, "", []reflect.Type{t}); err != nil {
+		return nil, err
+	}
+	if m.Version == nil {
+		return nil, &TagError{Type: t, Reason: `no field tagged lock:"version"`, noVer: true}
+	}
+	if len(m.Keys) == 0 && len(idCands) == 1 {
+		m.Keys = idCands
+	}
+	return m, nil
+}
+
+func containsType(ts []reflect.Type, t reflect.Type) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Model) addTagged(t reflect.Type, sf reflect.StructField, idx []int, raw, viaPtr string) error {
+	bad := func(reason string) error {
+		return &TagError{Type: t, Field: sf.Name, Tag: raw, Reason: reason}
+	}
+	tag, err := ParseTag(raw)
+	if err != nil {
+		return bad(err.Error())
+	}
+	if !sf.IsExported() {
+		return bad("the field is unexported, so it cannot be read or set")
+	}
+	if viaPtr != "" {
+		return bad("the field is reached through the embedded pointer " + viaPtr + ", which may be nil; embed the struct by value")
+	}
+	if tag.Key {
+		m.Keys = append(m.Keys, keyField(sf, idx, tag.Column))
+		return nil
+	}
+	if m.Version != nil {
+		return bad("a second version field (the first is " + m.Version.Name + ")")
+	}
+	ft := sf.Type
+	if ft.Kind() == reflect.Pointer {
+		if _, _, ok := kindBounds(ft.Elem().Kind()); ok {
+			return bad("nullable versions (" + ft.String() + ") are not supported: NULL never equals the expected version; use a plain integer field and a NOT NULL DEFAULT 0 column")
+		}
+	}
+	lo, hi, ok := kindBounds(ft.Kind())
+	if !ok {
+		return bad("the version must be a Go integer type (int, int8 … int64, uint … uint64), not " + ft.String())
+	}
+	m.Version = &Field{
+		Name:   sf.Name,
+		Index:  idx,
+		Type:   ft,
+		Kind:   ft.Kind(),
+		Column: columnHint(sf, tag.Column),
+		DBTag:  dbTag(sf),
+		Min:    lo,
+		Max:    hi,
+		owner:  t,
+	}
+	return nil
+}
+
+func keyField(sf reflect.StructField, idx []int, col string) *KeyField {
+	return &KeyField{Name: sf.Name, Index: idx, Type: sf.Type, Column: columnHint(sf, col)}
+}
+
+// dbTag returns the name part of a db:"name,…" tag ("" when absent or "-").
+func dbTag(sf reflect.StructField) string {
+	name, _, _ := strings.Cut(sf.Tag.Get("db"), ",")
+	if name == "-" {
+		return ""
+	}
+	return name
+}
+
+func columnHint(sf reflect.StructField, explicit string) string {
+	if explicit != "" {
+		return explicit
+	}
+	if db := dbTag(sf); db != "" {
+		return db
+	}
+	return SnakeCase(sf.Name)
+}
+
+// SnakeCase turns a Go field name into the conventional column name:
+// "ID" → "id", "LockVersion" → "lock_version", "UserID" → "user_id",
+// "HTTPStatus" → "http_status". It is the default column hint; sqlx users
+// override it with db:"…", GORM users get GORM's own naming.
+func SnakeCase(name string) string {
+	rs := []rune(name)
+	var b strings.Builder
+	b.Grow(len(name) + 4)
+	for i, r := range rs {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				prev := rs[i-1]
+				nextLower := i+1 < len(rs) && unicode.IsLower(rs[i+1])
+				if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower) {
+					b.WriteByte('_')
+				}
+			}
+			r = unicode.ToLower(r)
+		}
+		if r < utf8.RuneSelf {
+			b.WriteByte(byte(r))
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,554 @@
+package versioned
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/sqlock/sqlock/observe"
+)
+
+// Execer runs a statement: *sql.DB, *sql.Tx and *sql.Conn satisfy it (and so
+// do sqlx's handles, which embed them).
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Querier is an Execer that can also read one row. *sql.DB, *sql.Tx and
+// *sql.Conn satisfy it.
+type Querier interface {
+	Execer
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Pair is a column and a value: an assignment (Set), a key part or a
+// compared value (Eq). The column is always quoted; the value always
+// travels as a bind parameter.
+type Pair struct {
+	Column string
+	Value  any
+}
+
+// Set is the assignment column = value.
+func Set(column string, value any) Pair { return Pair{Column: column, Value: value} }
+
+// Eq is the condition column = value (column IS NULL when value is nil, a
+// nil pointer or a driver.Valuer that yields NULL).
+func Eq(column string, value any) Pair { return Pair{Column: column, Value: value} }
+
+// Expect groups the conditions of a compare-and-swap; it only makes call
+// sites read well.
+func Expect(conds ...Pair) []Pair { return conds }
+
+// CompositeKey is the key value of a table with several key columns, in the
+// order of WithKey.
+type CompositeKey []any
+
+// Option configures a Table.
+type Option func(*config)
+
+type config struct {
+	dialect  Dialect
+	keys     []string
+	version  string
+	probe    bool
+	zeroKey  bool
+	observer observe.Observer
+}
+
+// WithDialect sets the SQL dialect (default Postgres).
+func WithDialect(d Dialect) Option { return func(c *config) { c.dialect = d } }
+
+// WithKey names the key columns that identify one row (default "id"). They
+// must be unique together: a write that affects several rows is reported
+// as *RowsError.
+func WithKey(columns ...string) Option {
+	return func(c *config) { c.keys = append([]string(nil), columns...) }
+}
+
+// WithVersionColumn names the version column (default "version"). The
+// column must be NOT NULL: NULL = $n is never true, so a NULL version can
+// never be written through this package.
+func WithVersionColumn(column string) Option { return func(c *config) { c.version = column } }
+
+// WithProbe makes a stale write run one more query, SELECT of the version
+// by key, to tell a row that is gone from one that changed (and fill in its
+// current version). It costs nothing unless a write goes stale. The probe
+// sees the database a moment after the conflict: a hint for messages and
+// decisions, not a guarantee.
+func WithProbe() Option { return func(c *config) { c.probe = true } }
+
+// WithZeroKey accepts zero key values (0, "") as real keys. By default a
+// zero key is treated as missing (ErrNoKey), as an ORM treats an unsaved
+// struct; nil, nil pointers and NULL driver.Valuers are always missing.
+func WithZeroKey() Option { return func(c *config) { c.zeroKey = true } }
+
+// WithObserver reports each stale write (observe.Stale, Source
+// "versioned") to o. The default does nothing.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) { c.observer = observe.OrNop(o) }
+}
+
+// Table is a versioned table: its name, key columns, version column and
+// dialect, with the fixed statements built and quoted once. Build it once
+// with NewTable and share it; it is immutable and safe for concurrent use.
+type Table struct {
+	name      string
+	cfg       config
+	qTable    string
+	qKeys     []string
+	qVersion  string
+	deleteSQL string
+	probeSQL  string
+	existsSQL string
+	cte       string // quoted name of the compare-and-swap CTE
+}
+
+// NewTable describes table name (optionally schema-qualified with a dot).
+// Identifiers are validated and quoted here, once.
+func NewTable(name string, opts ...Option) (*Table, error) {
+	cfg := config{dialect: Postgres, keys: []string{"id"}, version: "version", observer: observe.Nop{}}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if !cfg.dialect.valid() {
+		return nil, inputErr("table", "dialect", cfg.dialect.String()+" is not a known dialect", ErrInvalidArg)
+	}
+	qt, err := cfg.dialect.QuoteTable(name)
+	if err != nil {
+		return nil, retag(err, "table")
+	}
+	if len(cfg.keys) == 0 {
+		return nil, inputErr("table", "key", "no key columns: a write without a key would touch every row", ErrInvalidArg)
+	}
+	t := &Table{name: name, cfg: cfg, qTable: qt}
+	for i, k := range cfg.keys {
+		if err := checkIdent("table", "key column", k); err != nil {
+			return nil, err
+		}
+		for _, prev := range cfg.keys[:i] {
+			if prev == k {
+				return nil, inputErr("table", "key column", fmt.Sprintf("%q named twice", k), ErrInvalidArg)
+			}
+		}
+		if k == cfg.version {
+			return nil, inputErr("table", "key column", fmt.Sprintf("%q is also the version column", k), ErrInvalidArg)
+		}
+		q, _ := cfg.dialect.QuoteIdent(k)
+		t.qKeys = append(t.qKeys, q)
+	}
+	if err := checkIdent("table", "version column", cfg.version); err != nil {
+		return nil, err
+	}
+	t.qVersion, _ = cfg.dialect.QuoteIdent(cfg.version)
+	t.cte, _ = cfg.dialect.QuoteIdent("sqlock_cas")
+	if t.cte == qt {
+		t.cte, _ = cfg.dialect.QuoteIdent("sqlock_cas_")
+	}
+
+	var b sqlBuf
+	b.d = cfg.dialect
+	b.str("DELETE FROM ")
+	b.str(qt)
+	t.whereKey(&b)
+	b.str(" AND ")
+	b.str(t.qVersion)
+	b.str(" = ")
+	b.param()
+	t.deleteSQL = b.b.String()
+
+	b = sqlBuf{d: cfg.dialect}
+	b.str("SELECT ")
+	b.str(t.qVersion)
+	b.str(" FROM ")
+	b.str(qt)
+	t.whereKey(&b)
+	t.probeSQL = b.b.String()
+
+	b = sqlBuf{d: cfg.dialect}
+	b.str("SELECT 1 FROM ")
+	b.str(qt)
+	t.whereKey(&b)
+	t.existsSQL = b.b.String()
+	return t, nil
+}
+
+// MustTable is NewTable for package-level variables with constant
+// arguments; it panics on error.
+func MustTable(name string, opts ...Option) *Table {
+	t, err := NewTable(name, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// retag relabels an identifier error from QuoteTable as coming from op.
+func retag(err error, op string) error {
+	var ie *InputError
+	if errors.As(err, &ie) {
+		c := *ie
+		c.Op = op
+		return &c
+	}
+	return err
+}
+
+// Name returns the table name as given.
+func (t *Table) Name() string { return t.name }
+
+// Dialect returns the table's dialect.
+func (t *Table) Dialect() Dialect { return t.cfg.dialect }
+
+// KeyColumns returns the key column names.
+func (t *Table) KeyColumns() []string { return append([]string(nil), t.cfg.keys...) }
+
+// VersionColumn returns the version column name.
+func (t *Table) VersionColumn() string { return t.cfg.version }
+
+// DeleteSQL returns the statement Delete runs, for logs and tests.
+func (t *Table) DeleteSQL() string { return t.deleteSQL }
+
+// ProbeSQL returns the statement a stale probe runs.
+func (t *Table) ProbeSQL() string { return t.probeSQL }
+
+// whereKey writes " WHERE k1 = $a AND k2 = $b" with fresh placeholders.
+func (t *Table) whereKey(b *sqlBuf) {
+	for i, q := range t.qKeys {
+		if i == 0 {
+			b.str(" WHERE ")
+		} else {
+			b.str(" AND ")
+		}
+		b.str(q)
+		b.str(" = ")
+		b.param()
+	}
+}
+
+// UpdateSQL returns the statement Update runs for these assignment
+// columns, for logs, tests and callers who run it themselves (arguments:
+// the assigned values in order, the key values, then the expected
+// version).
+func (t *Table) UpdateSQL(columns ...string) (string, error) {
+	set := make([]Pair, len(columns))
+	for i, c := range columns {
+		set[i].Column = c
+	}
+	return t.updateSQL("update", set)
+}
+
+func (t *Table) updateSQL(op string, set []Pair) (string, error) {
+	size := 40 + len(t.qTable) + 2*len(t.qVersion) + 8*len(t.qKeys)
+	for _, k := range t.qKeys {
+		size += len(k)
+	}
+	for i, p := range set {
+		if err := checkIdent(op, "set column", p.Column); err != nil {
+			return "", err
+		}
+		if p.Column == t.cfg.version {
+			return "", inputErr(op, "set column", fmt.Sprintf("%q is the version column, which the write itself increments", p.Column), ErrInvalidArg)
+		}
+		for _, prev := range set[:i] {
+			if prev.Column == p.Column {
+				return "", inputErr(op, "set column", fmt.Sprintf("%q assigned twice", p.Column), ErrInvalidArg)
+			}
+		}
+		size += len(p.Column) + 9
+	}
+	b := sqlBuf{d: t.cfg.dialect}
+	b.b.Grow(size)
+	b.str("UPDATE ")
+	b.str(t.qTable)
+	b.str(" SET ")
+	for _, p := range set {
+		b.d.writeQuoted(&b.b, p.Column)
+		b.str(" = ")
+		b.param()
+		b.str(", ")
+	}
+	b.str(t.qVersion)
+	b.str(" = ")
+	b.str(t.qVersion)
+	b.str(" + 1")
+	t.whereKey(&b)
+	b.str(" AND ")
+	b.str(t.qVersion)
+	b.str(" = ")
+	b.param()
+	return b.b.String(), nil
+}
+
+// Update runs, in one round trip,
+//
+//	UPDATE t SET c1 = $1, …, version = version + 1 WHERE key = $k AND version = $v
+//
+// and returns the new version, expected + 1. When no row matches it
+// returns expected and a *StaleError (errors.Is(err, ErrStale)); when the
+// key is missing, expected is at the largest value V can hold, or any
+// argument is invalid it returns a typed error without sending anything.
+// With no assignments it only increments the version (a "touch" that makes
+// concurrent writers of the same row go stale).
+//
+// The version's Go type V decides where it overflows: an int8 version
+// stops at 127 with *OverflowError rather than wrapping.
+func Update[V Integer](ctx context.Context, db Execer, t *Table, key any, expected V, set ...Pair) (V, error) {
+	exp, err := Int64(expected)
+	if err != nil {
+		return expected, err
+	}
+	if lo, hi := Bounds[V](); exp >= hi {
+		_, err := next(exp, lo, hi, typeName[V]())
+		return expected, err
+	}
+	if _, err := t.update(ctx, db, key, exp, set); err != nil {
+		return expected, err
+	}
+	return expected + 1, nil
+}
+
+// update runs the versioned UPDATE; the caller has checked that exp + 1
+// fits the version's type.
+func (t *Table) update(ctx context.Context, db Execer, key any, exp int64, set []Pair) (int64, error) {
+	const op = "update"
+	if t == nil {
+		return exp, inputErr(op, "table", "nil *Table", ErrInvalidArg)
+	}
+	if isNilHandle(db) {
+		return exp, inputErr(op, "db", "nil database handle", ErrNilHandle)
+	}
+	if err := t.needProbe(op, db); err != nil {
+		return exp, err
+	}
+	query, err := t.updateSQL(op, set)
+	if err != nil {
+		return exp, err
+	}
+	args := make([]any, len(set), len(set)+len(t.qKeys)+1)
+	for i, p := range set {
+		args[i] = p.Value
+	}
+	if args, err = t.appendKey(args, key); err != nil {
+		return exp, err
+	}
+	args = append(args, exp)
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return exp, fmt.Errorf("versioned: update %s: %w", t.name, err)
+	}
+	if err := t.affected(ctx, db, res, key, exp, OpUpdate); err != nil {
+		return exp, err
+	}
+	return exp + 1, nil
+}
+
+// Delete runs, in one round trip,
+//
+//	DELETE FROM t WHERE key = $1 AND version = $2
+//
+// and returns a *StaleError (errors.Is(err, ErrStale)) when no row matches,
+// or a typed error without sending anything when the key is missing or an
+// argument is invalid.
+func Delete[V Integer](ctx context.Context, db Execer, t *Table, key any, expected V) error {
+	exp, err := Int64(expected)
+	if err != nil {
+		return err
+	}
+	return t.delete(ctx, db, key, exp)
+}
+
+func (t *Table) delete(ctx context.Context, db Execer, key any, exp int64) error {
+	const op = "delete"
+	if t == nil {
+		return inputErr(op, "table", "nil *Table", ErrInvalidArg)
+	}
+	if isNilHandle(db) {
+		return inputErr(op, "db", "nil database handle", ErrNilHandle)
+	}
+	if err := t.needProbe(op, db); err != nil {
+		return err
+	}
+	args := make([]any, 0, len(t.qKeys)+1)
+	args, err := t.appendKey(args, key)
+	if err != nil {
+		return err
+	}
+	args = append(args, exp)
+	res, err := db.ExecContext(ctx, t.deleteSQL, args...)
+	if err != nil {
+		return fmt.Errorf("versioned: delete from %s: %w", t.name, err)
+	}
+	return t.affected(ctx, db, res, key, exp, OpDelete)
+}
+
+func (t *Table) needProbe(op string, db Execer) error {
+	if !t.cfg.probe {
+		return nil
+	}
+	if _, ok := db.(Querier); !ok {
+		return inputErr(op, "db", fmt.Sprintf("WithProbe needs QueryRowContext, which %T lacks", db), ErrInvalidArg)
+	}
+	return nil
+}
+
+// affected turns the result of a versioned write into nil, *StaleError or
+// *RowsError.
+func (t *Table) affected(ctx context.Context, db Execer, res sql.Result, key any, exp int64, op Op) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("versioned: %s %s: rows affected: %w", op, t.name, err)
+	}
+	switch {
+	case n == 1:
+		return nil
+	case n > 1:
+		return &RowsError{Table: t.name, Key: key, Rows: n}
+	}
+	se := &StaleError{Table: t.name, Key: key, Expected: exp, Op: op}
+	if t.cfg.probe {
+		if q, ok := db.(Querier); ok {
+			t.probe(ctx, q, key, se)
+		}
+	}
+	t.cfg.observer.Observe(ctx, observe.Event{Kind: observe.Stale, Source: "versioned", Table: t.name, Err: se})
+	return se
+}
+
+// probe fills in se.State and se.Current with one SELECT by key.
+func (t *Table) probe(ctx context.Context, q Querier, key any, se *StaleError) {
+	args, err := t.appendKey(make([]any, 0, len(t.qKeys)), key)
+	if err != nil {
+		se.ProbeErr = err
+		return
+	}
+	var cur sql.NullInt64
+	switch err := q.QueryRowContext(ctx, t.probeSQL, args...).Scan(&cur); {
+	case errors.Is(err, sql.ErrNoRows):
+		se.State = RowGone
+	case err != nil:
+		se.ProbeErr = err
+	case cur.Valid && cur.Int64 == se.Expected:
+		se.State, se.Current = RowUnchanged, cur.Int64
+	default: // a NULL version reads as 0
+		se.State, se.Current = RowChanged, cur.Int64
+	}
+}
+
+// appendKey appends the key values in column order, refusing a missing key.
+func (t *Table) appendKey(args []any, key any) ([]any, error) {
+	ck, composite := key.(CompositeKey)
+	if len(t.qKeys) == 1 {
+		if composite {
+			if len(ck) != 1 {
+				return args, &KeyError{Table: t.name, Reason: fmt.Sprintf("a composite key of %d values for 1 key column", len(ck))}
+			}
+			key = ck[0]
+		}
+		if reason := t.missing(key); reason != "" {
+			return args, &KeyError{Table: t.name, Column: t.cfg.keys[0], Reason: reason}
+		}
+		return append(args, key), nil
+	}
+	if !composite {
+		return args, &KeyError{Table: t.name, Reason: fmt.Sprintf("%d key columns need a CompositeKey, got %T", len(t.qKeys), key)}
+	}
+	if len(ck) != len(t.qKeys) {
+		return args, &KeyError{Table: t.name, Reason: fmt.Sprintf("a composite key of %d values for %d key columns", len(ck), len(t.qKeys))}
+	}
+	for i, v := range ck {
+		if reason := t.missing(v); reason != "" {
+			return args, &KeyError{Table: t.name, Column: t.cfg.keys[i], Reason: reason}
+		}
+	}
+	return append(args, ck...), nil
+}
+
+// missing says why v cannot be a key value, or "" when it can.
+func (t *Table) missing(v any) string { return missingKey(v, t.cfg.zeroKey) }
+
+func missingKey(v any, zeroOK bool) string {
+	const zero = "zero value (use WithZeroKey if it is a real key)"
+	switch x := v.(type) {
+	case nil:
+		return "nil"
+	case int:
+		if x == 0 && !zeroOK {
+			return zero
+		}
+		return ""
+	case int64:
+		if x == 0 && !zeroOK {
+			return zero
+		}
+		return ""
+	case int32:
+		if x == 0 && !zeroOK {
+			return zero
+		}
+		return ""
+	case string:
+		if x == "" && !zeroOK {
+			return zero
+		}
+		return ""
+	case []byte:
+		if x == nil {
+			return "nil"
+		}
+		if len(x) == 0 && !zeroOK {
+			return zero
+		}
+		return ""
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		if rv.IsNil() {
+			return "nil " + rv.Type().String()
+		}
+	}
+	if vr, ok := v.(driver.Valuer); ok {
+		dv, err := vr.Value()
+		if err != nil {
+			return "its Value method failed: " + err.Error()
+		}
+		if dv == nil {
+			return "NULL"
+		}
+		return missingKey(dv, zeroOK)
+	}
+	if rv.Kind() == reflect.Pointer {
+		return missingKey(rv.Elem().Interface(), zeroOK)
+	}
+	if !zeroOK && rv.IsZero() {
+		return zero
+	}
+	return ""
+}
+
+// isNilHandle reports an untyped nil or a nil pointer (or other nil-able
+// value) inside the interface.
+func isNilHandle(db any) bool {
+	switch h := db.(type) {
+	case nil:
+		return true
+	case *sql.DB:
+		return h == nil
+	case *sql.Tx:
+		return h == nil
+	case *sql.Conn:
+		return h == nil
+	}
+	rv := reflect.ValueOf(db)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
