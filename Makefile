@@ -23,7 +23,7 @@ deps:
 	@./scripts/ensure-deps.sh
 
 demo: deps
-	@echo "make demo: not yet — the demo lands with the guide issue (#8)."
+	$(GO) run ./cmd/sqlock-demo
 
 bench: deps
 	$(WITHPG) -- $(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...

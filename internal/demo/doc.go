@@ -1,0 +1,13 @@
+// Package demo reproduces the races sqlock exists for — a payment charged
+// twice, the last seat sold twice, stock driven negative, a task processed
+// twice — with several OS processes as replicas against one PostgreSQL, and
+// shows each mechanism stopping them.
+//
+// The coordinator (Run) prepares the schema for one scenario and strategy,
+// starts the replicas (this same binary, re-executed with -worker), releases
+// them together, collects what they report, and then asks the database what
+// actually happened: the anomalies in the tables come from the database, not
+// from the workers' own accounting. The naive strategies open a real race
+// window (a simulated provider call or think time between the check and the
+// write), so their anomalies are real races between processes.
+package demo

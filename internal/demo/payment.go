@@ -1,0 +1,122 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// Payment: the same payment request reaches every replica (the client's
+// network retry). Each replica checks whether the order is paid, calls the
+// payment provider (a real delay: the race window), records the charge and
+// marks the order paid. A second charge for one order is a double charge.
+const (
+	paymentOrders   = 40
+	providerLatency = 15 * time.Millisecond
+)
+
+var paymentScenario = &scenario{
+	name:       "payment",
+	title:      fmt.Sprintf("1. payment — 3 replicas receive the same %d payments (a client's network retry)", paymentOrders),
+	anomaly:    "double charges",
+	replicas:   3,
+	goroutines: 4,
+	setup: func(strategy string) string {
+		unique := ""
+		if strategy == "layered" { // the third layer: the database refuses a second charge
+			unique = ", UNIQUE (order_id)"
+		}
+		return fmt.Sprintf(`DROP TABLE IF EXISTS charges, orders;
+			CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL, version bigint NOT NULL DEFAULT 1);
+			CREATE TABLE charges (id bigserial PRIMARY KEY, order_id int NOT NULL, replica int NOT NULL%s);
+			INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, %d) g;`, unique, paymentOrders)
+	},
+	verify: func(ctx context.Context, conn *pgx.Conn) (int, string, error) {
+		var dup, orders int
+		err := conn.QueryRow(ctx, `SELECT coalesce(sum(n - 1), 0), count(*) FROM
+			(SELECT count(*) n FROM charges GROUP BY order_id) c`).Scan(&dup, &orders)
+		if err == nil && orders != paymentOrders {
+			err = fmt.Errorf("%d of %d orders charged", orders, paymentOrders)
+		}
+		return dup, "", err
+	},
+	strategies: []*strategy{
+		{name: "naive", run: forOrders(payNaive)},
+		{name: "versioned+retry", run: forOrders(payVersioned)},
+	},
+}
+
+// forOrders gives goroutine g of every replica the same orders, so each
+// order is received by one goroutine per replica at about the same time.
+func forOrders(pay func(ctx context.Context, w *replica, order int) (outcome, error)) func(context.Context, *replica, int) {
+	return func(ctx context.Context, w *replica, g int) {
+		for order := 1 + g; order <= paymentOrders; order += w.goroutines {
+			w.count(pay(ctx, w, order))
+		}
+	}
+}
+
+// charge is the side effect: the provider call and the record of it.
+func charge(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, w *replica, order int) error {
+	time.Sleep(providerLatency)
+	_, err := db.ExecContext(ctx, "INSERT INTO charges (order_id, replica) VALUES ($1, $2)", order, w.replica)
+	return err
+}
+
+func payNaive(ctx context.Context, w *replica, order int) (outcome, error) {
+	var status string
+	if err := w.db.QueryRowContext(ctx, "SELECT status FROM orders WHERE id = $1", order).Scan(&status); err != nil {
+		return 0, err
+	}
+	if status != "unpaid" {
+		return skipped, nil
+	}
+	if err := charge(ctx, w.db, w, order); err != nil {
+		return 0, err
+	}
+	_, err := w.db.ExecContext(ctx, "UPDATE orders SET status = 'paid' WHERE id = $1", order)
+	return success, err
+}
+
+var ordersTable = versioned.MustTable("orders")
+
+// payVersioned claims the order with a versioned state transition before
+// charging: the loser's write is stale, its retry re-reads and finds the
+// order taken.
+func payVersioned(ctx context.Context, w *replica, order int) (outcome, error) {
+	claimed := false
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		var status string
+		var version int64
+		if err := w.db.QueryRowContext(ctx, "SELECT status, version FROM orders WHERE id = $1", order).
+			Scan(&status, &version); err != nil {
+			return err
+		}
+		if status != "unpaid" {
+			return nil
+		}
+		_, err := versioned.Update(ctx, w.db, ordersTable, order, version, versioned.Set("status", "charging"))
+		if errors.Is(err, versioned.ErrStale) {
+			w.count(conflict, nil)
+		}
+		claimed = err == nil
+		return err
+	}, retry.WithObserver(w.rec))
+	if err != nil || !claimed {
+		return skipped, err
+	}
+	if err := charge(ctx, w.db, w, order); err != nil {
+		return 0, err
+	}
+	_, err = w.db.ExecContext(ctx, "UPDATE orders SET status = 'paid' WHERE id = $1", order)
+	return success, err
+}

@@ -1,0 +1,116 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// Stock: 200 concurrent orders (4 processes × 50 goroutines) for a product
+// with 100 in stock. An order checks the stock, reserves it a moment later,
+// and decrements.
+const (
+	initialStock = 100
+	reserveTime  = 5 * time.Millisecond
+)
+
+var stockScenario = &scenario{
+	name:       "stock",
+	title:      fmt.Sprintf("3. stock — 200 concurrent orders, %d in stock", initialStock),
+	anomaly:    "oversold",
+	replicas:   4,
+	goroutines: 50,
+	setup: func(string) string {
+		return fmt.Sprintf(`DROP TABLE IF EXISTS products;
+			CREATE TABLE products (id int PRIMARY KEY, stock int NOT NULL, sold int NOT NULL DEFAULT 0,
+				version bigint NOT NULL DEFAULT 1);
+			INSERT INTO products (id, stock) VALUES (7, %d);`, initialStock)
+	},
+	verify: func(ctx context.Context, conn *pgx.Conn) (int, string, error) {
+		var stock, sold int
+		if err := conn.QueryRow(ctx, "SELECT stock, sold FROM products WHERE id = 7").Scan(&stock, &sold); err != nil {
+			return 0, "", err
+		}
+		if stock+sold != initialStock {
+			return 0, "", fmt.Errorf("stock %d + sold %d != %d: a lost update", stock, sold, initialStock)
+		}
+		return max(sold-initialStock, 0), fmt.Sprintf(" (stock %d)", stock), nil
+	},
+	strategies: []*strategy{
+		{name: "naive", run: order(orderNaive)},
+		{name: "compare-and-swap", run: order(orderCAS)},
+		{name: "versioned+retry", run: order(orderVersioned)},
+	},
+}
+
+func order(place func(ctx context.Context, w *replica) (outcome, error)) func(context.Context, *replica, int) {
+	return func(ctx context.Context, w *replica, _ int) { w.count(place(ctx, w)) }
+}
+
+func orderNaive(ctx context.Context, w *replica) (outcome, error) {
+	var stock int
+	if err := w.db.QueryRowContext(ctx, "SELECT stock FROM products WHERE id = 7").Scan(&stock); err != nil {
+		return 0, err
+	}
+	if stock <= 0 {
+		return skipped, nil
+	}
+	time.Sleep(reserveTime)
+	_, err := w.db.ExecContext(ctx, "UPDATE products SET stock = stock - 1, sold = sold + 1 WHERE id = 7")
+	return success, err
+}
+
+var productsTable = versioned.MustTable("products")
+
+// orderCAS swaps the stock it read for one less; a lost swap re-reads.
+func orderCAS(ctx context.Context, w *replica) (outcome, error) {
+	for {
+		var stock, sold int
+		if err := w.db.QueryRowContext(ctx, "SELECT stock, sold FROM products WHERE id = 7").Scan(&stock, &sold); err != nil {
+			return 0, err
+		}
+		if stock <= 0 {
+			return skipped, nil
+		}
+		time.Sleep(reserveTime)
+		res, err := versioned.CompareAndSwap(ctx, w.db, productsTable, 7,
+			versioned.Expect(versioned.Eq("stock", stock)),
+			versioned.Set("stock", stock-1), versioned.Set("sold", sold+1))
+		if err != nil || res == versioned.Won {
+			return success, err
+		}
+		w.count(conflict, nil)
+	}
+}
+
+func orderVersioned(ctx context.Context, w *replica) (outcome, error) {
+	out := skipped
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		var stock, sold int
+		var version int64
+		if err := w.db.QueryRowContext(ctx, "SELECT stock, sold, version FROM products WHERE id = 7").
+			Scan(&stock, &sold, &version); err != nil {
+			return err
+		}
+		if stock <= 0 {
+			out = skipped
+			return nil
+		}
+		time.Sleep(reserveTime)
+		_, err := versioned.Update(ctx, w.db, productsTable, 7, version,
+			versioned.Set("stock", stock-1), versioned.Set("sold", sold+1))
+		if errors.Is(err, versioned.ErrStale) {
+			w.count(conflict, nil)
+		}
+		out = success
+		return err
+	}, retry.WithObserver(w.rec), retry.WithMaxAttempts(1000),
+		retry.WithBackoff(retry.Exponential(time.Millisecond, 20*time.Millisecond)))
+	return out, err
+}
