@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/DATA-DOG/go-sqlmock"
@@ -219,5 +221,60 @@ func TestDriverErrorsPassThrough(t *testing.T) {
 	}
 	if err := versioned.Check(sqlmock.NewResult(0, 3), nil, versioned.Guard{Table: "x", Key: 1}); !errors.Is(err, versioned.ErrKeyNotUnique) {
 		t.Fatalf("Check of 3 rows: %v", err)
+	}
+}
+
+// capture records the statements it is given.
+type capture struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+func (c *capture) ExecContext(_ context.Context, q string, _ ...any) (sql.Result, error) {
+	c.mu.Lock()
+	c.sqls = append(c.sqls, q)
+	c.mu.Unlock()
+	return sqlmock.NewResult(0, 1), nil
+}
+
+// The per-table statement cache never serves one column list's statement
+// for another, under concurrent use and beyond its capacity.
+func TestUpdateStatementCache(t *testing.T) {
+	tbl := versioned.MustTable("t", versioned.WithDialect(versioned.SQLite))
+	lists := [][]string{{"a"}, {"b"}, {"a", "b"}, {"b", "a"}, {"a", "b", "c"}, {}}
+	for i := 0; i < 80; i++ { // more lists than the cache holds
+		lists = append(lists, []string{fmt.Sprintf("c%d", i)})
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := 0; round < 3; round++ {
+				for i := range lists {
+					cols := lists[(i+g)%len(lists)]
+					c := &capture{}
+					set := make([]versioned.Pair, len(cols))
+					for j, col := range cols {
+						set[j] = versioned.Set(col, j)
+					}
+					if _, err := versioned.Update(ctx, c, tbl, 1, 0, set...); err != nil {
+						t.Error(err)
+						return
+					}
+					want, _ := tbl.UpdateSQL(cols...)
+					if len(c.sqls) != 1 || c.sqls[0] != want {
+						t.Errorf("columns %v ran %q, want %q", cols, c.sqls, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// A cached column list is still checked for the version column.
+	if _, err := versioned.Update(ctx, &capture{}, tbl, 1, 0, versioned.Set("version", 1)); !errors.Is(err, versioned.ErrInvalidArg) {
+		t.Fatalf("version assignment: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 
 	"github.com/sqlock/sqlock/observe"
 )
@@ -105,6 +106,56 @@ type Table struct {
 	probeSQL  string
 	existsSQL string
 	cte       string // quoted name of the compare-and-swap CTE
+
+	// updates caches built UPDATE statements by their assignment columns
+	// (copy on write, at most maxCachedUpdates), so that a steady workload
+	// builds each statement once.
+	updates atomic.Pointer[[]cachedUpdate]
+}
+
+type cachedUpdate struct {
+	cols []string
+	sql  string
+}
+
+const maxCachedUpdates = 64
+
+// cachedUpdateSQL returns the UPDATE for set's columns, building (and
+// validating) it only the first time a column list is seen.
+func (t *Table) cachedUpdateSQL(op string, set []Pair) (string, error) {
+	var cur []cachedUpdate
+	p := t.updates.Load()
+	if p != nil {
+		cur = *p
+	}
+next:
+	for i := range cur {
+		e := &cur[i]
+		if len(e.cols) != len(set) {
+			continue
+		}
+		for j, c := range e.cols {
+			if set[j].Column != c {
+				continue next
+			}
+		}
+		return e.sql, nil
+	}
+	query, err := t.updateSQL(op, set)
+	if err != nil || len(cur) >= maxCachedUpdates {
+		return query, err
+	}
+	cols := make([]string, len(set))
+	for i, p := range set {
+		cols[i] = p.Column
+	}
+	grown := make([]cachedUpdate, len(cur), len(cur)+1)
+	copy(grown, cur)
+	grown = append(grown, cachedUpdate{cols: cols, sql: query})
+	// Losing this race only means another goroutine's entry was stored;
+	// the statement is rebuilt next time, never wrong.
+	t.updates.CompareAndSwap(p, &grown)
+	return query, nil
 }
 
 // NewTable describes table name (optionally schema-qualified with a dot).
@@ -326,7 +377,7 @@ func (t *Table) update(ctx context.Context, db Execer, key any, exp int64, set [
 	if err := t.needProbe(op, db); err != nil {
 		return exp, err
 	}
-	query, err := t.updateSQL(op, set)
+	query, err := t.cachedUpdateSQL(op, set)
 	if err != nil {
 		return exp, err
 	}
