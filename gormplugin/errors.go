@@ -1,0 +1,54 @@
+package gormplugin
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors of this package. Stale writes, overflows, missing keys and bad
+// version tags are package versioned's errors (*versioned.StaleError,
+// *versioned.OverflowError, *versioned.KeyError, *versioned.TagError), so
+// errors.Is(err, versioned.ErrStale) and friends work the same for GORM,
+// sqlx and database/sql users.
+var (
+	// ErrUnsupported: a write the plugin cannot version safely (an update or
+	// delete of a non-empty slice of versioned rows, an upsert that updates
+	// every column of a versioned row). Nothing was sent. Returned as
+	// *UnsupportedError.
+	ErrUnsupported = errors.New("gormplugin: unsupported versioned write")
+
+	// ErrNullVersion: with NullRefused, the row's version column is NULL.
+	// Returned as *NullVersionError. It is not a stale write and package
+	// retry does not retry it: the row must be repaired.
+	ErrNullVersion = errors.New("gormplugin: NULL version")
+)
+
+// UnsupportedError reports a versioned write the plugin refused.
+type UnsupportedError struct {
+	Table  string
+	Op     string // "update", "delete", "create"
+	Reason string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("gormplugin: unsupported versioned %s of %s: %s", e.Op, e.Table, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// NullVersionError reports a row whose version column is NULL under
+// NullRefused.
+type NullVersionError struct {
+	Table  string
+	Column string
+	Key    any
+}
+
+func (e *NullVersionError) Error() string {
+	return fmt.Sprintf("gormplugin: %s.%s is NULL for key %v: set the column NOT NULL DEFAULT 1 (UPDATE %s SET %s = 1 WHERE %s IS NULL)",
+		e.Table, e.Column, e.Key, e.Table, e.Column, e.Column)
+}
+
+// Is makes errors.Is(err, ErrNullVersion) true.
+func (e *NullVersionError) Is(target error) bool { return target == ErrNullVersion }

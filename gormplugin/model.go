@@ -1,0 +1,195 @@
+package gormplugin
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"strconv"
+
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
+
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// model is what the plugin found in one GORM schema, computed once.
+type model struct {
+	err    error         // a *versioned.TagError, reported on every use
+	ver    *schema.Field // nil: the model is not versioned
+	column string        // the version column (GORM's DBName)
+	typ    string        // the version's Go type, for overflow errors
+	lo, hi int64
+	signed bool
+	pks    []*schema.Field
+	soft   bool // the schema has delete clauses (soft delete)
+
+	// Built once, copied into statements.
+	bump     clause.Assignment // version = version + 1
+	bumpNull clause.Assignment // version = COALESCE(version, 0) + 1
+	tail     clause.Expr       // , version = version + 1 (after a soft delete's SET)
+	tailNull clause.Expr
+}
+
+var unversioned = &model{}
+
+func (p *Plugin) model(s *schema.Schema) *model {
+	if v, ok := p.models.Load(s); ok {
+		return v.(*model)
+	}
+	m := parseModel(s)
+	v, _ := p.models.LoadOrStore(s, m)
+	return v.(*model)
+}
+
+func parseModel(s *schema.Schema) *model {
+	var m *model
+	for _, f := range s.Fields {
+		raw, ok := f.Tag.Lookup(versioned.TagName)
+		if !ok {
+			continue
+		}
+		bad := func(reason string) *model {
+			return &model{ver: f, err: &versioned.TagError{Type: s.ModelType, Field: f.Name, Tag: raw, Reason: reason}}
+		}
+		tag, err := versioned.ParseTag(raw)
+		if err != nil {
+			return bad(err.Error())
+		}
+		if !tag.Version {
+			continue // lock:"key" is for sqlx users; GORM has its own primary key
+		}
+		if m != nil {
+			return bad("a second version field (the first is " + m.ver.Name + ")")
+		}
+		if f.DBName == "" {
+			return bad("GORM maps this field to no column (gorm:\"-\"?)")
+		}
+		if tag.Column != "" && tag.Column != f.DBName {
+			return bad("lock column=" + tag.Column + " differs from GORM's column " + f.DBName + `: name the column with gorm:"column:…"`)
+		}
+		ft := f.FieldType
+		if ft.Kind() == reflect.Pointer {
+			if _, _, ok := kindBounds(ft.Elem().Kind()); ok {
+				return bad("nullable versions (" + ft.String() + ") are not supported: use a plain integer field and a NOT NULL DEFAULT 1 column (see NullPolicy for NULLs already in the table)")
+			}
+		}
+		lo, hi, ok := kindBounds(ft.Kind())
+		if !ok {
+			return bad("the version must be a Go integer type (int, int8 … int64, uint … uint64), not " + ft.String())
+		}
+		m = &model{
+			ver:    f,
+			column: f.DBName,
+			typ:    ft.String(),
+			lo:     lo,
+			hi:     hi,
+			signed: ft.Kind() >= reflect.Int && ft.Kind() <= reflect.Int64,
+			pks:    s.PrimaryFields,
+			soft:   len(s.DeleteClauses) > 0,
+		}
+	}
+	if m == nil {
+		return unversioned
+	}
+	col := clause.Column{Name: m.column}
+	m.bump = clause.Assignment{Column: col, Value: clause.Expr{SQL: "? + 1", Vars: []any{col}}}
+	m.bumpNull = clause.Assignment{Column: col, Value: clause.Expr{SQL: "COALESCE(?, 0) + 1", Vars: []any{col}}}
+	m.tail = clause.Expr{SQL: ",? = ? + 1", Vars: []any{col, col}}
+	m.tailNull = clause.Expr{SQL: ",? = COALESCE(?, 0) + 1", Vars: []any{col, col}}
+	return m
+}
+
+func kindBounds(k reflect.Kind) (lo, hi int64, ok bool) {
+	switch k {
+	case reflect.Int:
+		lo, hi = versioned.Bounds[int]()
+	case reflect.Int8:
+		lo, hi = versioned.Bounds[int8]()
+	case reflect.Int16:
+		lo, hi = versioned.Bounds[int16]()
+	case reflect.Int32:
+		lo, hi = versioned.Bounds[int32]()
+	case reflect.Int64:
+		lo, hi = versioned.Bounds[int64]()
+	case reflect.Uint:
+		lo, hi = versioned.Bounds[uint]()
+	case reflect.Uint8:
+		lo, hi = versioned.Bounds[uint8]()
+	case reflect.Uint16:
+		lo, hi = versioned.Bounds[uint16]()
+	case reflect.Uint32:
+		lo, hi = versioned.Bounds[uint32]()
+	case reflect.Uint64:
+		lo, hi = versioned.Bounds[uint64]()
+	default:
+		return 0, 0, false
+	}
+	return lo, hi, true
+}
+
+// get reads the version of the struct rv.
+func (m *model) get(ctx context.Context, rv reflect.Value) (int64, error) {
+	fv := m.ver.ReflectValueOf(ctx, rv)
+	if m.signed {
+		return fv.Int(), nil
+	}
+	u := fv.Uint()
+	if u > math.MaxInt64 {
+		return 0, &versioned.OverflowError{Type: m.typ, Value: strconv.FormatUint(u, 10), Min: m.lo, Max: m.hi}
+	}
+	return int64(u), nil
+}
+
+// set stores n in the struct rv when it is addressable; it reports whether
+// it could.
+func (m *model) set(ctx context.Context, rv reflect.Value, n int64) bool {
+	fv := m.ver.ReflectValueOf(ctx, rv)
+	if !fv.CanSet() {
+		return false
+	}
+	if m.signed {
+		if fv.Int() != n {
+			fv.SetInt(n)
+		}
+	} else if fv.Uint() != uint64(n) {
+		fv.SetUint(uint64(n))
+	}
+	return true
+}
+
+// next returns cur + 1, or *versioned.OverflowError at the type's maximum.
+func (m *model) next(cur int64) (int64, error) {
+	if cur >= m.hi || cur < m.lo {
+		return cur, &versioned.OverflowError{Type: m.typ, Value: strconv.FormatInt(cur, 10), Min: m.lo, Max: m.hi}
+	}
+	return cur + 1, nil
+}
+
+// keyMissing returns the first primary key field whose value in rv is zero,
+// or nil when every one is set. A model without a primary key reports its
+// absence as a missing key.
+func (m *model) keyMissing(ctx context.Context, rv reflect.Value) (missing bool, column string) {
+	if len(m.pks) == 0 {
+		return true, ""
+	}
+	for _, f := range m.pks {
+		if f.ReflectValueOf(ctx, rv).IsZero() {
+			return true, f.DBName
+		}
+	}
+	return false, ""
+}
+
+// key returns the primary key value of rv for error messages: the value
+// for one key column, a versioned.CompositeKey for several.
+func (m *model) key(ctx context.Context, rv reflect.Value) any {
+	if len(m.pks) == 1 {
+		v, _ := m.pks[0].ValueOf(ctx, rv)
+		return v
+	}
+	k := make(versioned.CompositeKey, len(m.pks))
+	for i, f := range m.pks {
+		k[i], _ = f.ValueOf(ctx, rv)
+	}
+	return k
+}

@@ -1,0 +1,173 @@
+package gormplugin
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"gorm.io/gorm"
+
+	"github.com/sqlock/sqlock/observe"
+)
+
+// Name is the plugin's name in gorm.DB.Plugins.
+const Name = "sqlock:gormplugin"
+
+// SkipKey is the gorm.DB setting that turns the version check off for the
+// statements of one chain: db.Set(gormplugin.SkipKey, true). SkipVersionCheck
+// is the same as a scope.
+const SkipKey = "sqlock:skip_version_check"
+
+// SkipVersionCheck is a GORM scope that makes one statement a deliberate
+// blind write:
+//
+//	db.Scopes(gormplugin.SkipVersionCheck).Model(&order).Update("status", "void")
+//
+// The statement is not checked against the loaded version and is never
+// refused for a missing key or a slice model, but every row it updates still
+// gets its version bumped, so that optimistic writers holding the old
+// version notice. The in-memory version is left as it was (the new one is
+// not known): re-read the row. It also permits ON CONFLICT upserts that
+// update every column, which are otherwise refused on versioned models. It
+// is named on purpose: Unscoped keeps its GORM meaning (no soft-delete
+// filter) and does not affect versioning.
+func SkipVersionCheck(db *gorm.DB) *gorm.DB { return db.Set(SkipKey, true) }
+
+// NullPolicy says how a NULL in a version column is treated.
+type NullPolicy uint8
+
+const (
+	// NullAsZero (the default) treats a NULL version as 0. A struct whose
+	// version is 0 is checked with (version = 0 OR version IS NULL), and the
+	// bump is COALESCE(version, 0) + 1, so a row with a NULL version
+	// (typically a version column added to a table that already had rows)
+	// gets version 1 on its first write through the plugin and is checked
+	// from then on. Two writers that both loaded the NULL row race exactly as
+	// for any other version: the first wins, the second is stale.
+	NullAsZero NullPolicy = iota
+	// NullRefused never matches a NULL version: a write expecting 0 is
+	// checked with version = 0 only, and when it matches no row the plugin
+	// reads the row's version; if it is NULL the statement fails with a
+	// *NullVersionError (ErrNullVersion), which package retry does not
+	// retry. Use it when NULL versions must be repaired by a migration.
+	NullRefused
+)
+
+func (p NullPolicy) String() string {
+	switch p {
+	case NullAsZero:
+		return "null-as-zero"
+	case NullRefused:
+		return "null-refused"
+	}
+	return "unknown"
+}
+
+// Option configures a Plugin.
+type Option func(*config)
+
+type config struct {
+	observer observe.Observer
+	probe    bool
+	null     NullPolicy
+}
+
+// WithObserver reports each stale write (observe.Stale, Source "gormplugin",
+// with the table and the *versioned.StaleError) to o. The default does
+// nothing. Several WithObserver and WithLogger options add up.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) {
+		if o != nil {
+			c.observer = observe.Multi(c.observer, o)
+		}
+	}
+}
+
+// WithLogger logs each stale write to l at Info level (observe.Slog).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.observer = observe.Multi(c.observer, observe.Slog(l))
+		}
+	}
+}
+
+// WithProbe makes a stale write run one more query, a SELECT of the row's
+// version by primary key inside the same transaction, to tell a row that
+// is gone (StaleError.State == versioned.RowGone) from one that changed
+// (RowChanged, with StaleError.Current). It costs nothing unless a write
+// goes stale. The probe's own failure is reported in StaleError.ProbeErr
+// and never replaces the stale error.
+func WithProbe() Option { return func(c *config) { c.probe = true } }
+
+// WithNullPolicy sets how a NULL version in the database is treated
+// (default NullAsZero).
+func WithNullPolicy(p NullPolicy) Option { return func(c *config) { c.null = p } }
+
+// Plugin is the GORM plugin. Build it with New and install it with db.Use.
+// It is safe for concurrent use; its only state is a cache of what it found
+// in each GORM schema.
+type Plugin struct {
+	cfg    config
+	models sync.Map // *schema.Schema → *model
+}
+
+// New returns the plugin, configured by opts.
+func New(opts ...Option) *Plugin {
+	p := &Plugin{cfg: config{observer: observe.Nop{}}}
+	for _, o := range opts {
+		if o != nil {
+			o(&p.cfg)
+		}
+	}
+	p.cfg.observer = observe.OrNop(p.cfg.observer)
+	return p
+}
+
+// Name implements gorm.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+// Callback names, for users who order their own callbacks around them.
+const (
+	CallbackCreate       = "sqlock:version_create"
+	CallbackBeforeUpdate = "sqlock:version_before_update"
+	CallbackAfterUpdate  = "sqlock:version_after_update"
+	CallbackBeforeDelete = "sqlock:version_before_delete"
+	CallbackAfterDelete  = "sqlock:version_after_delete"
+)
+
+// Initialize implements gorm.Plugin: it registers the callbacks. The checks
+// run before GORM's after-hooks and before its commit, so a stale write
+// rolls back GORM's implicit transaction (and suppresses Save's fallback
+// upsert).
+func (p *Plugin) Initialize(db *gorm.DB) error {
+	cb := db.Callback()
+	if err := cb.Create().Before("gorm:create").Register(CallbackCreate, p.beforeCreate); err != nil {
+		return err
+	}
+	if err := cb.Update().Before("gorm:update").Register(CallbackBeforeUpdate, p.beforeUpdate); err != nil {
+		return err
+	}
+	// Right after gorm:update, before associations, after-hooks and the
+	// commit (a bare After("gorm:update") would land after the commit).
+	if err := cb.Update().After("gorm:update").Before("gorm:save_after_associations").Register(CallbackAfterUpdate, p.afterUpdate); err != nil {
+		return err
+	}
+	if err := cb.Delete().Before("gorm:delete").Register(CallbackBeforeDelete, p.beforeDelete); err != nil {
+		return err
+	}
+	return cb.Delete().After("gorm:delete").Before("gorm:after_delete").Register(CallbackAfterDelete, p.afterDelete)
+}
+
+func skipped(db *gorm.DB) bool {
+	v, ok := db.Statement.Settings.Load(SkipKey)
+	if !ok {
+		return false
+	}
+	b, _ := v.(bool)
+	return b
+}
+
+func (p *Plugin) stale(ctx context.Context, table string, err error) {
+	p.cfg.observer.Observe(ctx, observe.Event{Kind: observe.Stale, Source: "gormplugin", Table: table, Err: err})
+}
