@@ -1,0 +1,202 @@
+package versioned_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// The examples run against go-sqlmock, which pins the exact statements; the
+// package's tests run the same calls against a real PostgreSQL.
+
+func ExampleUpdate() {
+	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	defer db.Close()
+	const update = `UPDATE "accounts" SET "balance" = $1, "version" = "version" + 1 WHERE "id" = $2 AND "version" = $3`
+	mock.ExpectExec(update).WithArgs(90, 42, 7).WillReturnResult(sqlmock.NewResult(0, 1))
+	mock.ExpectExec(update).WithArgs(80, 42, 7).WillReturnResult(sqlmock.NewResult(0, 0)) // someone else wrote first
+
+	ctx := context.Background()
+	accounts := versioned.MustTable("accounts") // key "id", version column "version", PostgreSQL
+	v, err := versioned.Update(ctx, db, accounts, 42, int64(7), versioned.Set("balance", 90))
+	fmt.Println(v, err)
+
+	_, err = versioned.Update(ctx, db, accounts, 42, int64(7), versioned.Set("balance", 80))
+	var stale *versioned.StaleError
+	fmt.Println(errors.Is(err, versioned.ErrStale), errors.As(err, &stale) && stale.Expected == 7)
+	fmt.Println(err)
+	// Output:
+	// 8 <nil>
+	// true true
+	// versioned: stale version: update of accounts key 42 at version 7
+}
+
+// A read–modify–write inside retry.Do: a stale write (RetryCause "stale")
+// runs the whole function again, re-reading the row first.
+func ExampleUpdate_retry() {
+	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	defer db.Close()
+	const read = `SELECT balance, version FROM accounts WHERE id = $1`
+	const update = `UPDATE "accounts" SET "balance" = $1, "version" = "version" + 1 WHERE "id" = $2 AND "version" = $3`
+	mock.ExpectQuery(read).WithArgs(42).WillReturnRows(sqlmock.NewRows([]string{"balance", "version"}).AddRow(100, 7))
+	mock.ExpectExec(update).WithArgs(int64(90), 42, 7).WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectQuery(read).WithArgs(42).WillReturnRows(sqlmock.NewRows([]string{"balance", "version"}).AddRow(120, 8))
+	mock.ExpectExec(update).WithArgs(int64(110), 42, 8).WillReturnResult(sqlmock.NewResult(0, 1))
+
+	accounts := versioned.MustTable("accounts")
+	attempts := 0
+	err := retry.Do(context.Background(), func(ctx context.Context) error {
+		attempts++
+		var balance, version int64
+		if err := db.QueryRowContext(ctx, read, 42).Scan(&balance, &version); err != nil {
+			return err
+		}
+		_, err := versioned.Update(ctx, db, accounts, 42, version, versioned.Set("balance", balance-10))
+		return err
+	})
+	fmt.Println(attempts, err, mock.ExpectationsWereMet())
+	// Output: 2 <nil> <nil>
+}
+
+func ExampleDelete() {
+	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	defer db.Close()
+	mock.ExpectExec("DELETE FROM `carts` WHERE `user_id` = ? AND `rev` = ?").WithArgs("u1", 3).
+		WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectQuery("SELECT `rev` FROM `carts` WHERE `user_id` = ?").WithArgs("u1").
+		WillReturnRows(sqlmock.NewRows([]string{"rev"})) // no row: it is gone
+
+	carts := versioned.MustTable("carts", versioned.WithDialect(versioned.MySQL),
+		versioned.WithKey("user_id"), versioned.WithVersionColumn("rev"), versioned.WithProbe())
+	err := versioned.Delete(context.Background(), db, carts, "u1", int32(3))
+	var stale *versioned.StaleError
+	if errors.As(err, &stale) {
+		fmt.Println(stale.Op, stale.State, stale.Gone())
+	}
+	// Output: delete gone true
+}
+
+func ExampleCompareAndSwap() {
+	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	defer db.Close()
+	mock.ExpectQuery(`WITH "sqlock_cas" AS (UPDATE "tasks" SET "status" = $1, "worker_id" = $2 ` +
+		`WHERE "id" = $3 AND "status" = $4 RETURNING 1) ` +
+		`SELECT (SELECT count(*) FROM "sqlock_cas"), EXISTS (SELECT 1 FROM "tasks" WHERE "id" = $3)`).
+		WithArgs("claimed", "w-7", 1001, "unclaimed").
+		WillReturnRows(sqlmock.NewRows([]string{"n", "exists"}).AddRow(0, true))
+
+	tasks := versioned.MustTable("tasks")
+	res, err := versioned.CompareAndSwap(context.Background(), db, tasks, 1001,
+		versioned.Expect(versioned.Eq("status", "unclaimed")),
+		versioned.Set("status", "claimed"), versioned.Set("worker_id", "w-7"))
+	switch {
+	case err != nil:
+		fmt.Println("outcome unknown:", err)
+	case res == versioned.Won:
+		fmt.Println("claimed it")
+	case res == versioned.Lost:
+		fmt.Println("another worker claimed it first")
+	case res == versioned.Missing:
+		fmt.Println("no such task")
+	}
+	// Output: another worker claimed it first
+}
+
+func ExampleGuard_Check() {
+	db, mock, _ := sqlmock.New()
+	defer db.Close()
+	mock.ExpectExec("UPDATE seats").WillReturnResult(sqlmock.NewResult(0, 0))
+
+	ctx := context.Background()
+	err := versioned.Guard{Table: "seats", Key: "12F", Expected: 4}.Check(db.ExecContext(ctx,
+		`UPDATE seats SET holder = $1, version = version + 1 WHERE seat = $2 AND version = $3 AND holder IS NULL`,
+		"ann", "12F", 4))
+	fmt.Println(err)
+	// Output: versioned: stale version: update of seats key "12F" at version 4
+}
+
+func ExampleTable_UpdateSQL() {
+	for _, d := range []versioned.Dialect{versioned.Postgres, versioned.MySQL, versioned.SQLite} {
+		t := versioned.MustTable("shop.orders", versioned.WithDialect(d), versioned.WithKey("tenant", "id"))
+		q, _ := t.UpdateSQL("state")
+		fmt.Println(q)
+	}
+	// Output:
+	// UPDATE "shop"."orders" SET "state" = $1, "version" = "version" + 1 WHERE "tenant" = $2 AND "id" = $3 AND "version" = $4
+	// UPDATE `shop`.`orders` SET `state` = ?, `version` = `version` + 1 WHERE `tenant` = ? AND `id` = ? AND `version` = ?
+	// UPDATE "shop"."orders" SET "state" = ?, "version" = "version" + 1 WHERE "tenant" = ? AND "id" = ? AND "version" = ?
+}
+
+func ExampleNext() {
+	v, err := versioned.Next(int8(126))
+	fmt.Println(v, err)
+	_, err = versioned.Next(v)
+	fmt.Println(errors.Is(err, versioned.ErrOverflow), err)
+	// Output:
+	// 127 <nil>
+	// true versioned: version overflow: 127 does not fit or cannot be incremented within int8 [-128, 127]
+}
+
+func ExampleFieldOf() {
+	type Order struct {
+		ID    int64  `db:"id"`
+		State string `db:"state"`
+		Rev   uint32 `lock:"version" db:"rev"`
+	}
+	f, err := versioned.FieldOf(reflect.TypeOf(Order{}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(f.Name, f.Column, f.Kind, f.Index, f.Max)
+
+	o := &Order{ID: 1, Rev: 41}
+	cur, _ := f.Get(reflect.ValueOf(o))
+	n, _ := f.Next(cur)
+	_ = f.Set(reflect.ValueOf(o), n)
+	fmt.Println(o.Rev)
+
+	type Bad struct {
+		Rev float64 `lock:"version"`
+	}
+	_, err = versioned.FieldOf(reflect.TypeOf(Bad{}))
+	fmt.Println(errors.Is(err, versioned.ErrInvalidModel))
+	// Output:
+	// Rev rev uint32 [2] 4294967295
+	// 42
+	// true
+}
+
+func ExampleUpdateStruct() {
+	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	defer db.Close()
+	mock.ExpectExec(`UPDATE "documents" SET "body" = $1, "lock_version" = "lock_version" + 1 WHERE "id" = $2 AND "lock_version" = $3`).
+		WithArgs("v2", 5, 1).WillReturnResult(sqlmock.NewResult(0, 1))
+
+	type Document struct {
+		ID          int
+		Body        string
+		LockVersion int `lock:"version"`
+	}
+	m, _ := versioned.ModelOf(reflect.TypeOf(Document{}))
+	documents, _ := m.Table("documents") // key "id", version "lock_version" from the model
+	doc := &Document{ID: 5, Body: "v2", LockVersion: 1}
+	err := versioned.UpdateStruct(context.Background(), db, documents, doc, versioned.Set("body", doc.Body))
+	fmt.Println(doc.LockVersion, err)
+	// Output: 2 <nil>
+}
+
+func ExampleParseTag() {
+	tag, err := versioned.ParseTag("version,column=rev")
+	fmt.Println(tag.Version, tag.Key, tag.Column, err)
+	_, err = versioned.ParseTag("verison")
+	fmt.Println(err)
+	// Output:
+	// true false rev <nil>
+	// unknown item "verison" in lock tag (known: version, key, column=NAME)
+}
