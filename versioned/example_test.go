@@ -84,8 +84,8 @@ func ExampleDelete() {
 func ExampleCompareAndSwap() {
 	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
 	defer db.Close()
-	mock.ExpectQuery(`WITH "sqlock_cas" AS (UPDATE "tasks" SET "status" = $1, "worker_id" = $2 ` +
-		`WHERE "id" = $3 AND "status" = $4 RETURNING 1) ` +
+	mock.ExpectQuery(`WITH "sqlock_cas" AS (UPDATE "tasks" SET "status" = $1, "worker_id" = $2 `+
+		`WHERE "id" = $3 AND "status" = $4 RETURNING 1) `+
 		`SELECT (SELECT count(*) FROM "sqlock_cas"), EXISTS (SELECT 1 FROM "tasks" WHERE "id" = $3)`).
 		WithArgs("claimed", "w-7", 1001, "unclaimed").
 		WillReturnRows(sqlmock.NewRows([]string{"n", "exists"}).AddRow(0, true))
