@@ -626,3 +626,43 @@ func TestBadInputChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestZeroKeyOptIn(t *testing.T) {
+	db := accountsDB(t)
+	ctx := ctxT(t)
+	if _, err := db.Exec(`INSERT INTO accounts VALUES (0, 'root', 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := versioned.Update(ctx, db, versioned.MustTable("accounts"), 0, 0, versioned.Set("balance", 2)); !errors.Is(err, versioned.ErrNoKey) {
+		t.Fatalf("zero key without WithZeroKey: %v", err)
+	}
+	if v, err := versioned.Update(ctx, db, versioned.MustTable("accounts", versioned.WithZeroKey()), 0, 0, versioned.Set("balance", 2)); err != nil || v != 1 {
+		t.Fatalf("zero key with WithZeroKey: %d, %v", v, err)
+	}
+	// nil stays missing even then.
+	if err := versioned.Delete(ctx, db, versioned.MustTable("accounts", versioned.WithZeroKey()), nil, 1); !errors.Is(err, versioned.ErrNoKey) {
+		t.Fatalf("nil key with WithZeroKey: %v", err)
+	}
+}
+
+// A cancelled context is the driver's error, not a conflict, and writes
+// nothing; retry.Do does not retry it.
+func TestCancelledContext(t *testing.T) {
+	db := accountsDB(t)
+	before := snapshot(t, db, "accounts")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	accounts := versioned.MustTable("accounts", versioned.WithProbe())
+	calls := 0
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		calls++
+		_, err := versioned.Update(ctx, db, accounts, int64(1), int64(0), versioned.Set("balance", 0))
+		return err
+	})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, versioned.ErrStale) || calls != 1 {
+		t.Fatalf("cancelled: %v after %d calls", err, calls)
+	}
+	if snapshot(t, db, "accounts") != before {
+		t.Fatal("a cancelled write changed rows")
+	}
+}
