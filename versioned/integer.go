@@ -68,8 +68,11 @@ func next(cur, lo, hi int64, typ string) (int64, error) {
 	return cur + 1, nil
 }
 
-// kindBounds is Bounds for a reflect.Kind; ok is false for non-integer
-// kinds (and uintptr).
+// KindBounds is Bounds for a reflect.Kind, for code that holds a
+// reflect.Type rather than a type parameter (ORM schemas); ok is false for
+// kinds that are not version types (anything but the ten integer kinds).
+func KindBounds(k reflect.Kind) (lo, hi int64, ok bool) { return kindBounds(k) }
+
 func kindBounds(k reflect.Kind) (lo, hi int64, ok bool) {
 	switch k {
 	case reflect.Int:

@@ -389,3 +389,17 @@ func TestNextAndBounds(t *testing.T) {
 		t.Fatalf("Bounds[int16] = %d, %d", lo, hi)
 	}
 }
+
+func TestKindBounds(t *testing.T) {
+	if lo, hi, ok := versioned.KindBounds(reflect.Int8); !ok || lo != math.MinInt8 || hi != math.MaxInt8 {
+		t.Fatalf("Int8: %d %d %v", lo, hi, ok)
+	}
+	if _, hi, ok := versioned.KindBounds(reflect.Uint64); !ok || hi != math.MaxInt64 {
+		t.Fatalf("Uint64: %d %v", hi, ok)
+	}
+	for _, k := range []reflect.Kind{reflect.Uintptr, reflect.Float64, reflect.String, reflect.Pointer, reflect.Invalid} {
+		if _, _, ok := versioned.KindBounds(k); ok {
+			t.Errorf("%s accepted", k)
+		}
+	}
+}
