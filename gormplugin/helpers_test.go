@@ -2,6 +2,7 @@ package gormplugin_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/observe"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -108,4 +110,16 @@ func checkErr(t testing.TB, err, want error) {
 	case want != nil && !errors.Is(err, want):
 		t.Fatalf("error = %v, want %v", err, want)
 	}
+}
+
+func withObserver(o observe.Observer) gormplugin.Option { return gormplugin.WithObserver(o) }
+
+// sqlOf returns db's *sql.DB, so a second GORM can share its pool.
+func sqlOf(tb testing.TB, db *gorm.DB) *sql.DB {
+	tb.Helper()
+	s, err := db.DB()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

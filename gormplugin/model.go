@@ -21,7 +21,8 @@ type model struct {
 	lo, hi int64
 	signed bool
 	pks    []*schema.Field
-	soft   bool // the schema has delete clauses (soft delete)
+	soft   bool          // the schema has delete clauses (soft delete)
+	softF  *schema.Field // the field whose type carries them (gorm.DeletedAt …)
 
 	// Built once, copied into statements.
 	bump     clause.Assignment // version = version + 1
@@ -90,6 +91,14 @@ func parseModel(s *schema.Schema) *model {
 	}
 	if m == nil {
 		return unversioned
+	}
+	if m.soft {
+		for _, f := range s.Fields {
+			if _, ok := reflect.New(f.FieldType).Interface().(schema.DeleteClausesInterface); ok {
+				m.softF = f
+				break
+			}
+		}
 	}
 	col := clause.Column{Name: m.column}
 	m.bump = clause.Assignment{Column: col, Value: clause.Expr{SQL: "? + 1", Vars: []any{col}}}

@@ -28,6 +28,7 @@ type guard struct {
 	soft     bool // a soft delete, which bumps the version
 	setTail  bool // the guard put a SET clause in place (soft delete)
 	userSet  *clause.Clause
+	softWas  reflect.Value // a copy of the soft-delete field, restored when a soft delete fails
 }
 
 // Build writes the version predicate.
@@ -112,8 +113,14 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 	return true
 }
 
+// nullBump reports whether the bump must turn a NULL version into 1: under
+// NullAsZero, for unchecked writes and for writes expecting 0.
+func (g *guard) nullBump(null NullPolicy) bool {
+	return null == NullAsZero && (!g.check || g.expected == 0)
+}
+
 func (g *guard) bumpAssignment(null NullPolicy) clause.Assignment {
-	if null == NullAsZero && (!g.check || g.expected == 0) {
+	if g.nullBump(null) {
 		return g.m.bumpNull
 	}
 	return g.m.bump
@@ -238,11 +245,19 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 		// bump rides along as the clause's trailing expression.
 		if _, ok := stmt.Clauses["SET"]; !ok {
 			tail := m.tail
-			if g.bumpAssignment(p.cfg.null).Value == m.bumpNull.Value {
+			if g.nullBump(p.cfg.null) {
 				tail = m.tailNull
 			}
 			stmt.Clauses["SET"] = clause.Clause{Name: "SET", AfterExpression: tail}
 			g.setTail = true
+		}
+		// GORM sets deleted_at in memory before the statement runs; keep
+		// the old value to put back if the delete fails.
+		if g.check && m.softF != nil {
+			if fv := m.softF.ReflectValueOf(stmt.Context, stmt.ReflectValue); fv.CanSet() {
+				g.softWas = reflect.New(fv.Type()).Elem()
+				g.softWas.Set(fv)
+			}
 		}
 	}
 	if g.check {
@@ -269,6 +284,9 @@ func (p *Plugin) afterDelete(db *gorm.DB) {
 	}
 	if g.check && db.Error == nil && !db.DryRun {
 		p.verify(db, g, g.soft && g.setTail)
+	}
+	if g.softWas.IsValid() && db.Error != nil {
+		g.m.softF.ReflectValueOf(stmt.Context, stmt.ReflectValue).Set(g.softWas)
 	}
 }
 
