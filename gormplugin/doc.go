@@ -1,4 +1,126 @@
-// Package gormplugin is a GORM plugin that makes every write of a model with
-// a lock:"version" field an optimistic-lock check and version bump, and runs
-// GORM transactions under advisory locks.
+// Package gormplugin makes every GORM write of a model with a
+// lock:"version" field an optimistic-lock check and a version bump, and runs
+// GORM transactions under PostgreSQL advisory locks.
+//
+//	db.Use(gormplugin.New())
+//
+//	type Order struct {
+//		ID      uint
+//		Status  string
+//		Version int64 `lock:"version"`
+//	}
+//
+//	err := db.Model(&order).Update("status", "paid").Error
+//	if errors.Is(err, versioned.ErrStale) { … someone else won: re-read, retry … }
+//
+// # The version field
+//
+// One field per model, of any Go integer type (int, int8 … int64, uint …
+// uint64, or a type defined on one), tagged lock:"version"; its column is
+// GORM's (gorm:"column:…" renames it). The plugin reads the tag from GORM's
+// parsed schema once per schema and caches the verdict; a version that is
+// not a plain integer (float, string, *int64, sql.NullInt64), a second
+// version field, or a malformed lock tag fails every write of the model
+// with a *versioned.TagError (versioned.ErrInvalidModel), before anything is
+// sent. Make the column NOT NULL DEFAULT 1; see NullPolicy for NULLs that
+// are already there.
+//
+// # The contract
+//
+// Create, CreateInBatches, Save of a new record, and creates from maps: a
+// zero version becomes 1, an explicit one is kept (also with Unscoped).
+//
+// Update, Updates (map or struct), UpdateColumn(s), their Select/Omit forms
+// and Save of an existing record, on a model struct with its primary key
+// set ("a single-row write"): the statement is
+//
+//	UPDATE … SET …, version = version + 1 WHERE <pk> AND version = <the struct's version>
+//
+// Any value the caller gave the version (a map key, a field of the Dest
+// struct, Select("version"), a BeforeUpdate hook) is ignored; Omit("version")
+// does not stop the bump. On success the struct's version is the new one. If
+// the statement matches no row, its error is a *versioned.StaleError
+// (errors.Is(err, versioned.ErrStale); Table, Key, Expected, Op) and GORM's
+// implicit transaction rolls back, hooks' writes included; inside
+// db.Transaction the error is returned to fn. The struct's version is
+// unchanged on any failure. Zero rows are never silent, and a stale Save
+// never falls back to GORM's upsert: it writes nothing. A write that would
+// take the version past its type's maximum fails with
+// *versioned.OverflowError before anything is sent. A key that matches
+// several rows is a *versioned.RowsError and rolls back.
+//
+// Delete of a single row checks the version the same way and fails stale
+// without deleting. A soft delete (gorm.DeletedAt, or any field type with
+// GORM delete clauses) is a versioned update: deleted_at is set, the version
+// is checked and bumped, and the struct gets the new version (or, on
+// failure, its old deleted_at back). Unscoped keeps its GORM meaning — no
+// soft-delete filter, a hard delete — and keeps the version check.
+//
+// A single-row write whose struct has a version but a zero primary key is
+// refused with a *versioned.KeyError (versioned.ErrNoKey): it is never
+// widened to every row that has that version. A struct with neither a key
+// nor a version — Model(&Order{}).Where(…) — is a batch write: every
+// matched row's version is bumped without a check (so optimistic writers
+// holding an old version notice), and GORM's own ErrMissingWhereClause
+// still guards against an update without conditions. The same goes for
+// db.Delete(&Order{}, id) and the generics API's condition-based Update and
+// Delete.
+//
+// The existing WHERE of a checked write is parenthesised whenever it holds
+// an OR joined by Or(), so the key and version conditions bind the whole
+// statement: a lone Or() acts as part of the caller's condition group and
+// can never widen the write past the row.
+//
+// Model(&slice) updates and deletes of a non-empty slice of versioned rows
+// fail with *UnsupportedError (ErrUnsupported) — one statement cannot check
+// several versions — as do ON CONFLICT upserts that update every column
+// (Save of a slice, Clauses(clause.OnConflict{UpdateAll: true})), which
+// would overwrite newer rows unchecked. Write rows one at a time. Empty
+// slices are batch writes. Non-addressable values (db.Model(order), the
+// generics API's Updates(ctx, value)) are checked like pointers; their
+// version cannot be bumped in place, so re-read after the write.
+//
+// A statement without a model (db.Table("orders").Updates(map…)) has no
+// schema the plugin could recognise and is not versioned.
+//
+// # Opting out
+//
+// db.Scopes(SkipVersionCheck) — or db.Set(SkipKey, true) — makes the
+// statements of that chain deliberate blind writes: no version check, no
+// key or slice refusal, upserts allowed, but every updated row is still
+// bumped. It is deliberately not Unscoped.
+//
+// # NULL versions
+//
+// GORM loads a NULL version as 0 into a fresh struct (but leaves a reused
+// struct's old value in place: re-read into a fresh value inside retry
+// loops). Under the default NullAsZero a struct at version 0 is checked with
+// (version = 0 OR version IS NULL) and bumped with COALESCE(version, 0) + 1,
+// so a NULL row gets version 1 on its first write and is checked from then
+// on; batch writes turn NULLs into 1 too. Under NullRefused a NULL row is
+// never written: the write fails with *NullVersionError (ErrNullVersion),
+// which is not retried.
+//
+// # Errors and retries
+//
+// *versioned.StaleError has RetryCause() == "stale", so retry.Do retries a
+// function that re-reads the row and writes again. WithProbe adds one SELECT
+// after a conflict (never before) to tell a row that is gone
+// (StaleError.State == versioned.RowGone) from one that changed (RowChanged,
+// with StaleError.Current). WithObserver and WithLogger report every stale
+// write as an observe.Stale event with Source "gormplugin".
+//
+// # Cost
+//
+// The plugin adds no round trip. Per statement it costs one cache lookup
+// keyed by GORM's *schema.Schema and a few small allocations; it never
+// parses a schema or a tag per call (GORM's ConvertToAssignments, which
+// GORM would run anyway, is called once, by the plugin instead of by GORM).
+//
+// # Locked transactions
+//
+// Transaction and TransactionKeys run a func(tx *gorm.DB) error in a GORM
+// transaction that holds pg_advisory_xact_lock on one or more keys from
+// before fn's first statement until COMMIT or ROLLBACK, with txlock's
+// retries of the whole transaction.
 package gormplugin

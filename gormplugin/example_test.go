@@ -1,0 +1,169 @@
+package gormplugin_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+type Ticket struct {
+	ID      uint
+	Status  string
+	Version int64 `lock:"version"`
+}
+
+// exampleDB opens an in-memory SQLite database with the plugin installed.
+func exampleDB(opts ...gormplugin.Option) *gorm.DB {
+	db, err := gorm.Open(sqlite.Open(":memory:"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		panic(err)
+	}
+	sqlDB, _ := db.DB()
+	sqlDB.SetMaxOpenConns(1) // one connection: one in-memory database
+	if err := db.Use(gormplugin.New(opts...)); err != nil {
+		panic(err)
+	}
+	if err := db.AutoMigrate(&Ticket{}); err != nil {
+		panic(err)
+	}
+	return db
+}
+
+func Example() {
+	db := exampleDB()
+
+	t := Ticket{Status: "open"}
+	db.Create(&t)
+	fmt.Println("created at version", t.Version)
+
+	alice, bob := t, t // two requests loaded the same row
+
+	err := db.Model(&alice).Update("status", "assigned").Error
+	fmt.Println("alice:", err, "- now at version", alice.Version)
+
+	err = db.Model(&bob).Update("status", "closed").Error
+	fmt.Println("bob stale:", errors.Is(err, versioned.ErrStale), "- still at version", bob.Version)
+
+	var row Ticket
+	db.First(&row, t.ID)
+	fmt.Println("row:", row.Status, row.Version)
+	// Output:
+	// created at version 1
+	// alice: <nil> - now at version 2
+	// bob stale: true - still at version 1
+	// row: assigned 2
+}
+
+// A stale Save writes nothing: no fallback INSERT, no upsert over the
+// newer row.
+func Example_save() {
+	db := exampleDB()
+	t := Ticket{Status: "open"}
+	db.Create(&t)
+	old := t
+	t.Status = "closed"
+	fmt.Println(db.Save(&t).Error, t.Version)
+
+	old.Status = "reopened"
+	err := db.Save(&old).Error
+	var se *versioned.StaleError
+	fmt.Println(errors.As(err, &se), se.Table, se.Key, se.Expected)
+
+	var n int64
+	db.Model(&Ticket{}).Count(&n)
+	var row Ticket
+	db.First(&row)
+	fmt.Println(n, row.Status, row.Version)
+	// Output:
+	// <nil> 2
+	// true tickets 1 1
+	// 1 closed 2
+}
+
+// Read, modify and write inside retry.Do: a stale write is retried with a
+// fresh read.
+func Example_retry() {
+	db := exampleDB()
+	db.Create(&Ticket{Status: "open"})
+	ctx := context.Background()
+
+	attempts := 0
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		attempts++
+		var t Ticket // a fresh struct on every attempt
+		if err := db.WithContext(ctx).First(&t).Error; err != nil {
+			return err
+		}
+		if attempts == 1 {
+			// Someone else writes between our read and our write.
+			db.Exec("UPDATE tickets SET version = version + 1")
+		}
+		return db.WithContext(ctx).Model(&t).Update("status", "closed").Error
+	})
+	fmt.Println(err, attempts)
+	// Output: <nil> 2
+}
+
+// WithProbe tells a row that changed from one that is gone, with one
+// SELECT after the conflict.
+func ExampleWithProbe() {
+	db := exampleDB(gormplugin.WithProbe())
+	t := Ticket{Status: "open"}
+	db.Create(&t)
+	old := t
+	db.Model(&t).Update("status", "assigned")
+
+	var se *versioned.StaleError
+	errors.As(db.Model(&old).Update("status", "closed").Error, &se)
+	fmt.Println(se.State, se.Current)
+
+	db.Delete(&t)
+	errors.As(db.Model(&t).Update("status", "closed").Error, &se)
+	fmt.Println(se.State)
+	// Output:
+	// changed 2
+	// gone
+}
+
+// SkipVersionCheck makes one statement a deliberate blind write; the
+// version is still bumped so other writers notice.
+func ExampleSkipVersionCheck() {
+	db := exampleDB()
+	t := Ticket{Status: "open"}
+	db.Create(&t)
+	old := t
+	db.Model(&t).Update("status", "assigned")
+
+	err := db.Scopes(gormplugin.SkipVersionCheck).Model(&old).Update("status", "void").Error
+	var row Ticket
+	db.First(&row)
+	fmt.Println(err, row.Status, row.Version)
+	// Output: <nil> void 3
+}
+
+// A struct with a version but no primary key is refused, never widened to
+// every row with that version; a model without key and version is a batch
+// write that bumps every matched row.
+func Example_batch() {
+	db := exampleDB()
+	db.Create(&[]Ticket{{Status: "open"}, {Status: "open"}})
+
+	err := db.Model(&Ticket{Version: 1}).Update("status", "x").Error
+	fmt.Println(errors.Is(err, versioned.ErrNoKey))
+
+	res := db.Model(&Ticket{}).Where("status = ?", "open").Update("status", "triaged")
+	var versions []int64
+	db.Model(&Ticket{}).Order("id").Pluck("version", &versions)
+	fmt.Println(res.Error, res.RowsAffected, versions)
+	// Output:
+	// true
+	// <nil> 2 [2 2]
+}
