@@ -1,0 +1,204 @@
+package sqlxhelpers
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/jmoiron/sqlx/reflectx"
+	"github.com/sqlock/sqlock/observe"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// Execer runs a statement. *sqlx.DB, *sqlx.Tx and *sqlx.Conn satisfy it, and
+// so do *sql.DB, *sql.Tx and *sql.Conn.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// DefaultCacheSize is the number of rewritten statements, and separately of
+// struct-driven statements, a Helper keeps by default.
+const DefaultCacheSize = 1024
+
+// Option configures a Helper.
+type Option func(*config)
+
+type config struct {
+	bindType  int
+	bindSet   bool
+	dialect   versioned.Dialect
+	observer  observe.Observer
+	cacheSize int
+	mapper    *reflectx.Mapper
+}
+
+// WithBindType sets the bind variable style (sqlx.DOLLAR, sqlx.QUESTION,
+// sqlx.AT, sqlx.NAMED) instead of the one sqlx knows for the handle's
+// driver name.
+func WithBindType(bindType int) Option {
+	return func(c *config) { c.bindType, c.bindSet = bindType, true }
+}
+
+// WithObserver reports each stale write (observe.Stale, Source
+// "sqlxhelpers") to o. The default does nothing.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) { c.observer = observe.OrNop(o) }
+}
+
+// WithCacheSize bounds how many rewritten statements (and, separately, how
+// many struct-driven statements) the Helper keeps (default
+// DefaultCacheSize). Past the bound, statements are still built, just not
+// kept. n <= 0 keeps none.
+func WithCacheSize(n int) Option { return func(c *config) { c.cacheSize = max(n, 0) } }
+
+// WithMapper sets the field-name mapper (default: the handle's Mapper, as
+// sqlx uses for named queries).
+func WithMapper(m *reflectx.Mapper) Option {
+	return func(c *config) {
+		if m != nil {
+			c.mapper = m
+		}
+	}
+}
+
+// Helper runs versioned writes for one sqlx database. Build it once with New
+// and share it: it is safe for concurrent use, and it caches per struct type
+// the columns it writes and per statement text the rewrites it made. On
+// returns a view of it that runs on a transaction or a connection.
+type Helper struct {
+	ex Execer
+	db *sqlx.DB
+	s  *state
+}
+
+type state struct {
+	cfg      config
+	types    sync.Map // reflect.Type → *typeInfo
+	rewrites boundedMap[rewriteKey, *namedPlan]
+	plans    boundedMap[planKey, *structPlan]
+}
+
+// New returns a Helper for db. It fails with *versioned.InputError
+// (versioned.ErrNilHandle) when db is nil.
+func New(db *sqlx.DB, opts ...Option) (*Helper, error) {
+	if db == nil {
+		return nil, &versioned.InputError{Op: "new", Arg: "db", Reason: "nil *sqlx.DB", Kind: versioned.ErrNilHandle}
+	}
+	cfg := config{observer: observe.Nop{}, cacheSize: DefaultCacheSize, mapper: db.Mapper}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if !cfg.bindSet {
+		cfg.bindType = sqlx.BindType(db.DriverName())
+	}
+	if cfg.mapper == nil {
+		cfg.mapper = reflectx.NewMapperFunc("db", toLower)
+	}
+	switch db.DriverName() {
+	case "mysql", "nrmysql":
+		cfg.dialect = versioned.MySQL
+	}
+	s := &state{cfg: cfg}
+	s.rewrites.max = int64(cfg.cacheSize)
+	s.plans.max = int64(cfg.cacheSize)
+	return &Helper{ex: db, db: db, s: s}, nil
+}
+
+// On returns a view of h that runs its statements on ex (a *sqlx.Tx inside
+// a transaction, a *sqlx.Conn …). It shares h's caches and options.
+func (h *Helper) On(ex Execer) *Helper { return &Helper{ex: ex, db: h.db, s: h.s} }
+
+// DB returns the database h was built for.
+func (h *Helper) DB() *sqlx.DB { return h.db }
+
+// BindType returns the sqlx bind type h writes statements in.
+func (h *Helper) BindType() int { return h.s.cfg.bindType }
+
+func (h *Helper) execer(op string) (Execer, error) {
+	if isNil(h.ex) {
+		return nil, &versioned.InputError{Op: op, Arg: "db", Reason: "nil database handle", Kind: versioned.ErrNilHandle}
+	}
+	return h.ex, nil
+}
+
+func isNil(x any) bool {
+	if x == nil {
+		return true
+	}
+	rv := reflect.ValueOf(x)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+func toLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// boundedMap is a concurrent map that stops taking new entries at max.
+type boundedMap[K comparable, V any] struct {
+	m   sync.Map
+	n   atomic.Int64
+	max int64
+}
+
+func (b *boundedMap[K, V]) get(k K) (V, bool) {
+	v, ok := b.m.Load(k)
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return v.(V), true
+}
+
+// put stores v under k unless the map is full, and returns the stored value
+// (an earlier one when another goroutine stored first).
+func (b *boundedMap[K, V]) put(k K, v V) V {
+	if b.n.Load() >= b.max {
+		return v
+	}
+	got, loaded := b.m.LoadOrStore(k, v)
+	if !loaded {
+		b.n.Add(1)
+	}
+	return got.(V)
+}
+
+// structArg checks that arg is a non-nil pointer to a struct and returns it.
+func structArg(op string, arg any) (reflect.Value, error) {
+	rv := reflect.ValueOf(arg)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
+		return rv, &versioned.InputError{Op: op, Arg: "value",
+			Reason: fmt.Sprintf("%T is not a non-nil pointer to a struct", arg), Kind: versioned.ErrInvalidArg}
+	}
+	return rv, nil
+}
+
+// readField returns the value at index in struct value v, or nil when a nil
+// embedded pointer lies on the way.
+func readField(v reflect.Value, index []int) any {
+	for _, i := range index {
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return nil
+			}
+			v = v.Elem()
+		}
+		v = v.Field(i)
+	}
+	return v.Interface()
+}

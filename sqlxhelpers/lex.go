@@ -1,0 +1,429 @@
+package sqlxhelpers
+
+import (
+	"unicode"
+	"unicode/utf8"
+)
+
+// tokKind is the kind of a significant token. Whitespace and comments are not
+// tokens; they stay in the text between tokens.
+type tokKind uint8
+
+const (
+	tkWord       tokKind = iota + 1 // unquoted identifier or keyword
+	tkQIdent                        // "quoted" or U&"quoted" identifier
+	tkString                        // '…', E'…', U&'…', B'…', X'…', N'…', $tag$…$tag$
+	tkNumber                        // 42, 1.5e3, 0x1F
+	tkParam                         // :name (sqlx named parameter)
+	tkPositional                    // $1
+	tkCast                          // ::
+	tkLParen                        // (
+	tkRParen                        // )
+	tkLBrack                        // [
+	tkRBrack                        // ]
+	tkComma                         // ,
+	tkSemi                          // ;
+	tkDot                           // .
+	tkOp                            // any other single character: = + - * / < > ! ? @ # % ^ & | ~ ` :
+)
+
+// token is a significant token: q[start:end]. depth is the number of open
+// parentheses and brackets around it; a bracket itself sits at the outer
+// depth.
+type token struct {
+	kind       tokKind
+	depth      int32
+	start, end int32
+	name       string // the parameter name, for tkParam
+}
+
+// lexer splits a PostgreSQL statement into tokens the way PostgreSQL's own
+// scanner does for everything that decides where a token ends: quotes, quoted
+// identifiers, comments (nested /* */ included), dollar quoting, numbers and
+// identifiers (which may contain '$'). Operators are single characters; the
+// rewriter never needs to know where a multi-character operator ends.
+type lexer struct {
+	q      string
+	toks   []token
+	stack  []byte // open brackets: '(' or '['
+	params int
+}
+
+func lexErr(kind error, off int, reason string) *RewriteError {
+	return &RewriteError{Kind: kind, Offset: off, Reason: reason}
+}
+
+// lex tokenizes q. It refuses what it cannot tokenize with certainty: an
+// unterminated quote, identifier, comment or dollar quote, unbalanced
+// brackets, a backslash in a standard string, a NUL byte, a stray '$'.
+func lex(q string, toks []token) ([]token, *RewriteError) {
+	l := lexer{q: q, toks: toks[:0]}
+	if err := l.run(); err != nil {
+		return nil, err
+	}
+	return l.toks, nil
+}
+
+func (l *lexer) emit(kind tokKind, start, end int) {
+	l.toks = append(l.toks, token{kind: kind, depth: int32(len(l.stack)), start: int32(start), end: int32(end)})
+}
+
+func isIdentStart(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
+}
+
+func isIdentCont(c byte) bool {
+	return isIdentStart(c) || c >= '0' && c <= '9' || c == '$'
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isSpace(c byte) bool {
+	// PostgreSQL's space: [ \t\n\r\f\v]
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+func (l *lexer) run() *RewriteError {
+	q := l.q
+	i := 0
+	for i < len(q) {
+		c := q[i]
+		switch {
+		case c == 0:
+			return lexErr(ErrSyntax, i, "NUL byte in statement")
+		case isSpace(c):
+			i++
+		case c == '-' && i+1 < len(q) && q[i+1] == '-':
+			i += 2
+			for i < len(q) && q[i] != '\n' && q[i] != '\r' {
+				i++
+			}
+		case c == '/' && i+1 < len(q) && q[i+1] == '*':
+			end, err := l.blockComment(i)
+			if err != nil {
+				return err
+			}
+			i = end
+		case c == '\'':
+			end, err := l.stdString(i, i)
+			if err != nil {
+				return err
+			}
+			l.emit(tkString, i, end)
+			i = end
+		case c == '"':
+			end, err := l.quotedIdent(i, i)
+			if err != nil {
+				return err
+			}
+			l.emit(tkQIdent, i, end)
+			i = end
+		case c == '$':
+			end, kind, err := l.dollar(i)
+			if err != nil {
+				return err
+			}
+			l.emit(kind, i, end)
+			i = end
+		case c == ':':
+			i = l.colon(i)
+		case isDigit(c) || c == '.' && i+1 < len(q) && isDigit(q[i+1]):
+			i = l.number(i)
+		case isIdentStart(c):
+			end, err := l.word(i)
+			if err != nil {
+				return err
+			}
+			i = end
+		case c == '(' || c == '[':
+			if c == '(' {
+				l.emit(tkLParen, i, i+1)
+			} else {
+				l.emit(tkLBrack, i, i+1)
+			}
+			l.stack = append(l.stack, c)
+			i++
+		case c == ')' || c == ']':
+			open := byte('(')
+			kind := tkRParen
+			if c == ']' {
+				open, kind = '[', tkRBrack
+			}
+			if len(l.stack) == 0 || l.stack[len(l.stack)-1] != open {
+				return lexErr(ErrUnbalanced, i, "unmatched '"+string(c)+"'")
+			}
+			l.stack = l.stack[:len(l.stack)-1]
+			l.emit(kind, i, i+1)
+			i++
+		case c == ',':
+			l.emit(tkComma, i, i+1)
+			i++
+		case c == ';':
+			l.emit(tkSemi, i, i+1)
+			i++
+		case c == '.':
+			l.emit(tkDot, i, i+1)
+			i++
+		default:
+			if c >= 0x80 { // unreachable: bytes >= 0x80 start identifiers
+				return lexErr(ErrSyntax, i, "unexpected byte")
+			}
+			l.emit(tkOp, i, i+1)
+			i++
+		}
+	}
+	if len(l.stack) > 0 {
+		return lexErr(ErrUnbalanced, len(q), "unclosed '"+string(l.stack[len(l.stack)-1])+"'")
+	}
+	return nil
+}
+
+// number scans a numeric literal at i: digits, letters (exponents, 0x…,
+// and the junk PostgreSQL rejects), '_' and '.', and a sign right after a
+// decimal exponent marker. Where a number ends never matters for guarding,
+// only that it cannot swallow a quote, comment or bracket.
+func (l *lexer) number(i int) int {
+	q := l.q
+	j := i + 1
+	for j < len(q) {
+		c := q[j]
+		switch {
+		case isIdentCont(c) && c != '$' || c == '.':
+			j++
+		case (c == '+' || c == '-') && (q[j-1] == 'e' || q[j-1] == 'E') && j+1 < len(q) && isDigit(q[j+1]) &&
+			!(q[i] == '0' && j > i+1 && (q[i+1] == 'x' || q[i+1] == 'X')):
+			j++
+		default:
+			l.emit(tkNumber, i, j)
+			return j
+		}
+	}
+	l.emit(tkNumber, i, j)
+	return j
+}
+
+// blockComment skips a /* */ comment at i, which may nest.
+func (l *lexer) blockComment(i int) (int, *RewriteError) {
+	q := l.q
+	start := i
+	depth := 0
+	for i < len(q) {
+		switch {
+		case q[i] == '/' && i+1 < len(q) && q[i+1] == '*':
+			depth++
+			i += 2
+		case q[i] == '*' && i+1 < len(q) && q[i+1] == '/':
+			depth--
+			i += 2
+			if depth == 0 {
+				return i, nil
+			}
+		default:
+			i++
+		}
+	}
+	return 0, lexErr(ErrUnbalanced, start, "unterminated /* comment")
+}
+
+// stdString scans a standard string whose opening quote is at i (tokStart is
+// where its prefix, if any, began). ” is an escaped quote. A backslash is
+// refused: with standard_conforming_strings off it would escape the quote.
+func (l *lexer) stdString(tokStart, i int) (int, *RewriteError) {
+	q := l.q
+	for j := i + 1; j < len(q); j++ {
+		switch q[j] {
+		case '\'':
+			if j+1 < len(q) && q[j+1] == '\'' {
+				j++
+				continue
+			}
+			return j + 1, nil
+		case '\\':
+			return 0, lexErr(ErrAmbiguousString, j, "backslash in a standard string: its meaning depends on standard_conforming_strings; use an E'…' string")
+		case 0:
+			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+		}
+	}
+	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated string")
+}
+
+// escString scans an E'…' string: backslash escapes the next byte, ” is a
+// quote.
+func (l *lexer) escString(tokStart, i int) (int, *RewriteError) {
+	q := l.q
+	for j := i + 1; j < len(q); j++ {
+		switch q[j] {
+		case '\\':
+			j++ // skip the escaped byte, whatever it is
+			if j < len(q) && q[j] == 0 {
+				return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+			}
+		case '\'':
+			if j+1 < len(q) && q[j+1] == '\'' {
+				j++
+				continue
+			}
+			return j + 1, nil
+		case 0:
+			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+		}
+	}
+	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated E'…' string")
+}
+
+// rawString scans a string with no escapes but ” (U&'…', where the
+// server itself rejects backslashes when standard_conforming_strings is off,
+// and B'…'/X'…', which hold only digits).
+func (l *lexer) rawString(tokStart, i int) (int, *RewriteError) {
+	q := l.q
+	for j := i + 1; j < len(q); j++ {
+		switch q[j] {
+		case '\'':
+			if j+1 < len(q) && q[j+1] == '\'' {
+				j++
+				continue
+			}
+			return j + 1, nil
+		case 0:
+			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+		}
+	}
+	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated string")
+}
+
+// quotedIdent scans "…" with "" as an escaped quote.
+func (l *lexer) quotedIdent(tokStart, i int) (int, *RewriteError) {
+	q := l.q
+	for j := i + 1; j < len(q); j++ {
+		switch q[j] {
+		case '"':
+			if j+1 < len(q) && q[j+1] == '"' {
+				j++
+				continue
+			}
+			return j + 1, nil
+		case 0:
+			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+		}
+	}
+	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated quoted identifier")
+}
+
+// dollar scans what starts with '$' at a token boundary: $n (a positional
+// parameter) or a dollar-quoted string $tag$…$tag$.
+func (l *lexer) dollar(i int) (int, tokKind, *RewriteError) {
+	q := l.q
+	j := i + 1
+	if j < len(q) && isDigit(q[j]) {
+		for j < len(q) && isDigit(q[j]) {
+			j++
+		}
+		return j, tkPositional, nil
+	}
+	// $tag$: tag is empty or [A-Za-z\200-\377_][A-Za-z\200-\377_0-9]*
+	if j < len(q) && isIdentStart(q[j]) {
+		j++
+		for j < len(q) && isIdentCont(q[j]) && q[j] != '$' {
+			j++
+		}
+	}
+	if j >= len(q) || q[j] != '$' {
+		return 0, 0, lexErr(ErrSyntax, i, "stray '$' (neither a dollar quote nor a parameter)")
+	}
+	delim := q[i : j+1]
+	body := j + 1
+	for k := body; k+len(delim) <= len(q); k++ {
+		if q[k] == 0 {
+			return 0, 0, lexErr(ErrSyntax, k, "NUL byte in statement")
+		}
+		if q[k] == '$' && q[k:k+len(delim)] == delim {
+			return k + len(delim), tkString, nil
+		}
+	}
+	return 0, 0, lexErr(ErrUnbalanced, i, "unterminated dollar quote "+delim)
+}
+
+// colon scans what starts with ':' — '::' (a cast), ':name' (a named
+// parameter: a letter or '_' then letters, digits, '_' and '.'), or a lone
+// ':' (an array slice) — and returns where it ends.
+func (l *lexer) colon(i int) int {
+	q := l.q
+	if i+1 < len(q) && q[i+1] == ':' {
+		l.emit(tkCast, i, i+2)
+		return i + 2
+	}
+	j := i + 1
+	if r, n := utf8.DecodeRuneInString(q[j:]); n > 0 && (r == '_' || unicode.IsLetter(r)) {
+		j += n
+		for j < len(q) {
+			r, n := utf8.DecodeRuneInString(q[j:])
+			if r == '_' || r == '.' || unicode.IsLetter(r) || unicode.IsDigit(r) {
+				j += n
+				continue
+			}
+			break
+		}
+		for q[j-1] == '.' { // a trailing dot is punctuation, not part of the name
+			j--
+		}
+		l.emit(tkParam, i, j)
+		l.toks[len(l.toks)-1].name = q[i+1 : j]
+		l.params++
+		return j
+	}
+	l.emit(tkOp, i, i+1)
+	return i + 1
+}
+
+// word scans an identifier or keyword at i, and the string and identifier
+// forms that start with a letter: E'…', U&'…', U&"…", B'…', X'…', N'…'.
+func (l *lexer) word(i int) (int, *RewriteError) {
+	q := l.q
+	j := i + 1
+	for j < len(q) && isIdentCont(q[j]) {
+		j++
+	}
+	if j-i == 1 && j < len(q) {
+		c := q[i] | 0x20 // ASCII lower case
+		switch {
+		case q[j] == '\'' && c == 'e':
+			end, err := l.escString(i, j)
+			if err != nil {
+				return 0, err
+			}
+			l.emit(tkString, i, end)
+			return end, nil
+		case q[j] == '\'' && (c == 'b' || c == 'x'):
+			end, err := l.rawString(i, j)
+			if err != nil {
+				return 0, err
+			}
+			l.emit(tkString, i, end)
+			return end, nil
+		case q[j] == '\'' && c == 'n':
+			end, err := l.stdString(i, j)
+			if err != nil {
+				return 0, err
+			}
+			l.emit(tkString, i, end)
+			return end, nil
+		case q[j] == '&' && c == 'u' && j+1 < len(q) && (q[j+1] == '\'' || q[j+1] == '"'):
+			if q[j+1] == '\'' {
+				end, err := l.rawString(i, j+1)
+				if err != nil {
+					return 0, err
+				}
+				l.emit(tkString, i, end)
+				return end, nil
+			}
+			end, err := l.quotedIdent(i, j+1)
+			if err != nil {
+				return 0, err
+			}
+			l.emit(tkQIdent, i, end)
+			return end, nil
+		}
+	}
+	l.emit(tkWord, i, j)
+	return j, nil
+}

@@ -1,0 +1,165 @@
+package sqlxhelpers
+
+import (
+	"database/sql"
+	"database/sql/driver"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/jmoiron/sqlx/reflectx"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// column is a struct field and the column it maps to.
+type column struct {
+	name  string
+	index []int
+}
+
+// typeInfo is what a Helper knows about a struct type, computed once per type
+// (and per Helper, since the Helper's mapper names the columns).
+type typeInfo struct {
+	t            reflect.Type
+	model        *versioned.Model
+	version      column
+	versionParam string   // the named parameter that carries the version
+	keys         []column // in the model's key order
+	cols         []column // the columns Update writes by default, in declaration order
+	err          error
+}
+
+var (
+	valuerType  = reflect.TypeFor[driver.Valuer]()
+	scannerType = reflect.TypeFor[sql.Scanner]()
+)
+
+func (s *state) typeInfo(t reflect.Type) (*typeInfo, error) {
+	if v, ok := s.types.Load(t); ok {
+		ti := v.(*typeInfo)
+		return ti, ti.err
+	}
+	ti := buildTypeInfo(t, s.cfg.mapper)
+	v, _ := s.types.LoadOrStore(t, ti)
+	ti = v.(*typeInfo)
+	return ti, ti.err
+}
+
+// buildTypeInfo reads the lock tags through package versioned (the version
+// field, the key fields) and the column names through the sqlx mapper: a
+// field's column is its lock tag's column=NAME when given, else the name sqlx
+// maps it to (its db tag, or the mapper's name for the Go field).
+func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
+	ti := &typeInfo{t: t}
+	model, err := versioned.ModelOf(t)
+	if err != nil {
+		ti.err = err
+		return ti
+	}
+	ti.model = model
+	sm := m.TypeMap(t)
+	byIndex := func(index []int) *reflectx.FieldInfo {
+		for _, fi := range sm.Index {
+			if slices.Equal(fi.Index, index) {
+				return fi
+			}
+		}
+		return nil
+	}
+	colFor := func(index []int, hint string) (string, *reflectx.FieldInfo) {
+		sf := t.FieldByIndex(index)
+		if tag, err := versioned.ParseTag(sf.Tag.Get(versioned.TagName)); err == nil && tag.Column != "" {
+			return tag.Column, byIndex(index)
+		}
+		fi := byIndex(index)
+		if fi != nil && fi.Path != "" && !strings.Contains(fi.Path, ".") {
+			return fi.Path, fi
+		}
+		return hint, fi
+	}
+	vcol, vfi := colFor(model.Version.Index, model.Version.Column)
+	ti.version = column{name: vcol, index: model.Version.Index}
+	ti.versionParam = "sqlock_version"
+	if vfi != nil && validParamName(vfi.Path) {
+		ti.versionParam = vfi.Path
+	}
+	taken := map[string]bool{vcol: true}
+	for _, k := range model.Keys {
+		name, _ := colFor(k.Index, k.Column)
+		ti.keys = append(ti.keys, column{name: name, index: k.Index})
+		taken[name] = true
+	}
+	// Default columns: every field sqlx maps to a top-level name, that is a
+	// value (not a struct whose own fields are mapped), except the version
+	// and key columns.
+	for _, fi := range sm.Index {
+		if fi.Embedded || fi.Name == "" || strings.Contains(fi.Path, ".") || sm.Names[fi.Path] != fi {
+			continue
+		}
+		if slices.Equal(fi.Index, model.Version.Index) || isKeyIndex(model, fi.Index) {
+			continue
+		}
+		if hasMappedChildren(fi) && !isValue(fi.Field.Type) {
+			continue
+		}
+		name, _ := colFor(fi.Index, fi.Path)
+		if taken[name] {
+			continue
+		}
+		taken[name] = true
+		ti.cols = append(ti.cols, column{name: name, index: fi.Index})
+	}
+	slices.SortStableFunc(ti.cols, func(a, b column) int { return slices.Compare(a.index, b.index) })
+	return ti
+}
+
+func isKeyIndex(m *versioned.Model, index []int) bool {
+	for _, k := range m.Keys {
+		if slices.Equal(k.Index, index) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasMappedChildren(fi *reflectx.FieldInfo) bool {
+	for _, c := range fi.Children {
+		if c != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// isValue reports whether a struct-typed field is bound as one value (it is
+// a driver.Valuer or a sql.Scanner).
+func isValue(t reflect.Type) bool {
+	return t.Implements(valuerType) || reflect.PointerTo(t).Implements(valuerType) ||
+		reflect.PointerTo(t).Implements(scannerType)
+}
+
+// key returns the struct's key value (a versioned.CompositeKey for several
+// columns), refusing a missing one with *versioned.KeyError.
+func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
+	if len(ti.keys) == 0 {
+		return nil, &versioned.KeyError{Table: table,
+			Reason: "no key field in " + ti.t.String() + `: tag the key field(s) lock:"key", or have one field named ID / db:"id"`}
+	}
+	k, err := ti.model.KeyOf(rv)
+	if err != nil {
+		if ke, ok := err.(*versioned.KeyError); ok {
+			c := *ke
+			c.Table = table
+			return nil, &c
+		}
+		return nil, err
+	}
+	return k, nil
+}
+
+func appendKey(args []any, key any) []any {
+	if ck, ok := key.(versioned.CompositeKey); ok {
+		return append(args, ck...)
+	}
+	return append(args, key)
+}

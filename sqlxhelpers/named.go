@@ -1,0 +1,149 @@
+package sqlxhelpers
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/sqlock/sqlock/versioned"
+)
+
+type rewriteKey struct {
+	t     reflect.Type
+	query string
+}
+
+// namedPlan is a rewritten statement bound to a struct type: the guarded SQL
+// and, per bind variable, the field it reads.
+type namedPlan struct {
+	ti   *typeInfo
+	g    *Guarded
+	trav [][]int // field index per parameter; nil at g.VersionArg
+	err  error
+}
+
+func (s *state) named(t reflect.Type, query string) (*namedPlan, error) {
+	k := rewriteKey{t: t, query: query}
+	if p, ok := s.rewrites.get(k); ok {
+		return p, p.err
+	}
+	p := s.buildNamed(t, query)
+	p = s.rewrites.put(k, p)
+	return p, p.err
+}
+
+func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
+	p := &namedPlan{}
+	ti, err := s.typeInfo(t)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	p.ti = ti
+	g, err := Rewrite(query, ti.spec(s.cfg.bindType))
+	if err != nil {
+		p.err = err
+		return p
+	}
+	p.g = g
+	sm := s.cfg.mapper.TypeMap(t)
+	p.trav = make([][]int, len(g.Params))
+	for i, name := range g.Params {
+		if i == g.VersionArg {
+			continue
+		}
+		fi, ok := sm.Names[name]
+		if !ok {
+			p.err = &BindError{Param: name, Type: t, Reason: "no field maps to this name"}
+			return p
+		}
+		p.trav[i] = fi.Index
+	}
+	return p
+}
+
+func (ti *typeInfo) spec(bindType int) Spec {
+	return Spec{VersionColumn: ti.version.name, VersionParam: ti.versionParam, BindType: bindType}
+}
+
+// Rewrite returns the guarded form of query for arg's type (a struct or a
+// pointer to one), as NamedExec would run it: for logs, tests, or to run it
+// yourself. Results are cached per type and query text.
+func (h *Helper) Rewrite(query string, arg any) (*Guarded, error) {
+	t := reflect.TypeOf(arg)
+	if t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil, &BindError{Type: reflect.TypeOf(arg), Reason: "not a struct or a pointer to one"}
+	}
+	p, err := h.s.named(t, query)
+	if err != nil {
+		return nil, err
+	}
+	return p.g, nil
+}
+
+// NamedExec runs a hand-written named UPDATE or DELETE (sqlx :name
+// parameters) with a version guard added: the version column is incremented
+// by an UPDATE, and the top-level WHERE becomes
+//
+//	WHERE (<your condition>) AND "version" = :version
+//
+// with the expected version taken from arg's lock:"version" field. arg must
+// be a pointer to the struct. On success an UPDATE increments the struct's
+// version; when no row matched it returns *versioned.StaleError
+// (errors.Is(err, versioned.ErrStale)), and when several rows matched,
+// *versioned.RowsError after the statement ran (run it in a transaction to
+// roll that back). A statement the rewriter cannot guard with certainty is
+// *RewriteError (errors.Is(err, ErrRewrite)), a parameter no field maps to is
+// *BindError; in both cases nothing is sent. See Rewrite for the grammar.
+func (h *Helper) NamedExec(ctx context.Context, query string, arg any) error {
+	ex, err := h.execer("exec")
+	if err != nil {
+		return err
+	}
+	rv, err := structArg("exec", arg)
+	if err != nil {
+		return err
+	}
+	p, err := h.s.named(rv.Type().Elem(), query)
+	if err != nil {
+		return err
+	}
+	ver := p.ti.model.Version
+	exp, err := ver.Get(rv)
+	if err != nil {
+		return err
+	}
+	if p.g.Op == versioned.OpUpdate {
+		if _, err := ver.Next(exp); err != nil {
+			return err
+		}
+	}
+	elem := rv.Elem()
+	args := make([]any, len(p.trav))
+	for i, idx := range p.trav {
+		if i == p.g.VersionArg {
+			args[i] = exp
+		} else {
+			args[i] = readField(elem, idx)
+		}
+	}
+	res, err := ex.ExecContext(ctx, p.g.SQL, args...)
+	if err != nil {
+		return fmt.Errorf("sqlxhelpers: %s %s: %w", p.g.Op, p.g.Table, err)
+	}
+	var key any
+	if len(p.ti.keys) > 0 {
+		key, _ = p.ti.model.KeyOf(rv) // for the error only: the statement's WHERE is the user's
+	}
+	g := versioned.Guard{Table: p.g.Table, Key: key, Expected: exp, Op: p.g.Op, Observer: h.s.cfg.observer}
+	if err := g.CheckContext(ctx, res, nil); err != nil {
+		return err
+	}
+	if p.g.Op == versioned.OpUpdate {
+		return ver.Set(rv, exp+1)
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package sqlxhelpers
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// WriteOption configures one Update or Delete.
+type WriteOption func(*writeConfig)
+
+type writeConfig struct {
+	cols   []string
+	subset bool
+}
+
+// Columns limits an Update to these columns (by column name), in this order.
+// With no columns the Update only increments the version (a "touch" that
+// makes concurrent writers of the row go stale). Naming the version column,
+// an unknown column or a column twice is *versioned.InputError
+// (versioned.ErrInvalidArg).
+func Columns(cols ...string) WriteOption {
+	return func(c *writeConfig) { c.cols, c.subset = cols, true }
+}
+
+type planKey struct {
+	t     reflect.Type
+	table string
+	cols  string
+	op    versioned.Op
+}
+
+// structPlan is a struct-driven statement, built once per type, table, op
+// and column list.
+type structPlan struct {
+	ti  *typeInfo
+	sql string
+	set [][]int // field indexes of the assigned values, in bind order
+	err error
+}
+
+func (s *state) plan(t reflect.Type, table string, op versioned.Op, opts []WriteOption) (*structPlan, error) {
+	var wc writeConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&wc)
+		}
+	}
+	k := planKey{t: t, table: table, op: op}
+	if wc.subset {
+		k.cols = "\x01" + strings.Join(wc.cols, "\x00")
+	}
+	if p, ok := s.plans.get(k); ok {
+		return p, p.err
+	}
+	p := s.buildPlan(t, table, op, wc)
+	p = s.plans.put(k, p)
+	return p, p.err
+}
+
+func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writeConfig) *structPlan {
+	p := &structPlan{}
+	opName := op.String()
+	ti, err := s.typeInfo(t)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	p.ti = ti
+	if len(ti.keys) == 0 {
+		_, p.err = ti.key(table, reflect.Value{})
+		return p
+	}
+	d := s.cfg.dialect
+	qt, err := d.QuoteTable(table)
+	if err != nil {
+		p.err = relabel(err, opName)
+		return p
+	}
+	quote := func(name string) (string, error) {
+		q, err := d.QuoteIdent(name)
+		return q, relabel(err, opName)
+	}
+	qv, err := quote(ti.version.name)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	set := ti.cols
+	if wc.subset {
+		set = make([]column, 0, len(wc.cols))
+		for i, c := range wc.cols {
+			bad := func(reason string) {
+				p.err = &versioned.InputError{Op: opName, Arg: "column", Reason: reason, Kind: versioned.ErrInvalidArg}
+			}
+			switch {
+			case c == ti.version.name:
+				bad(strconv.Quote(c) + " is the version column, which the write itself increments")
+			case slices.Contains(wc.cols[:i], c):
+				bad(strconv.Quote(c) + " named twice")
+			}
+			if p.err != nil {
+				return p
+			}
+			col, ok := ti.column(c)
+			if !ok {
+				bad(strconv.Quote(c) + " is not a column of " + t.String())
+				return p
+			}
+			set = append(set, col)
+		}
+	}
+	var b strings.Builder
+	n := 0
+	bind := func() {
+		n++
+		writeBindVar(&b, s.cfg.bindType, n, "p"+strconv.Itoa(n))
+	}
+	if op == versioned.OpDelete {
+		b.WriteString("DELETE FROM ")
+		b.WriteString(qt)
+	} else {
+		b.WriteString("UPDATE ")
+		b.WriteString(qt)
+		b.WriteString(" SET ")
+		for _, c := range set {
+			q, err := quote(c.name)
+			if err != nil {
+				p.err = err
+				return p
+			}
+			b.WriteString(q)
+			b.WriteString(" = ")
+			bind()
+			b.WriteString(", ")
+			p.set = append(p.set, c.index)
+		}
+		b.WriteString(qv)
+		b.WriteString(" = ")
+		b.WriteString(qv)
+		b.WriteString(" + 1")
+	}
+	for i, k := range ti.keys {
+		if i == 0 {
+			b.WriteString(" WHERE ")
+		} else {
+			b.WriteString(" AND ")
+		}
+		q, err := quote(k.name)
+		if err != nil {
+			p.err = err
+			return p
+		}
+		b.WriteString(q)
+		b.WriteString(" = ")
+		bind()
+	}
+	b.WriteString(" AND ")
+	b.WriteString(qv)
+	b.WriteString(" = ")
+	bind()
+	p.sql = b.String()
+	return p
+}
+
+// column finds a writable column by name: a default column or a key column.
+func (ti *typeInfo) column(name string) (column, bool) {
+	for _, c := range ti.cols {
+		if c.name == name {
+			return c, true
+		}
+	}
+	for _, c := range ti.keys {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return column{}, false
+}
+
+// relabel sets the Op of a *versioned.InputError from quoting.
+func relabel(err error, op string) error {
+	if ie, ok := err.(*versioned.InputError); ok {
+		c := *ie
+		c.Op = op
+		return &c
+	}
+	return err
+}
+
+// Update writes the struct ptr points to into table with its version as the
+// guard, in one round trip:
+//
+//	UPDATE "table" SET "a" = $1, "b" = $2, "version" = "version" + 1 WHERE "id" = $3 AND "version" = $4
+//
+// The struct needs a lock:"version" integer field and a key: fields tagged
+// lock:"key", or else one field whose column is id. The columns are the
+// struct's other mapped fields (db tags, as sqlx maps them), or those named
+// with Columns. On success the struct's version is incremented; when no row
+// has the key at that version it returns *versioned.StaleError
+// (errors.Is(err, versioned.ErrStale)) and nothing changed, in the database
+// or in the struct. A missing key (no key field, or a zero key value) is
+// *versioned.KeyError (versioned.ErrNoKey) and nothing is sent; a version at
+// its type's largest value is *versioned.OverflowError.
+func (h *Helper) Update(ctx context.Context, table string, ptr any, opts ...WriteOption) error {
+	return h.write(ctx, versioned.OpUpdate, table, ptr, opts)
+}
+
+// Delete deletes the struct's row from table if it is still at the struct's
+// version:
+//
+//	DELETE FROM "table" WHERE "id" = $1 AND "version" = $2
+//
+// and returns *versioned.StaleError when it is not (or is gone). The errors
+// are Update's.
+func (h *Helper) Delete(ctx context.Context, table string, ptr any) error {
+	return h.write(ctx, versioned.OpDelete, table, ptr, nil)
+}
+
+func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr any, opts []WriteOption) error {
+	opName := op.String()
+	ex, err := h.execer(opName)
+	if err != nil {
+		return err
+	}
+	rv, err := structArg(opName, ptr)
+	if err != nil {
+		return err
+	}
+	p, err := h.s.plan(rv.Type().Elem(), table, op, opts)
+	if err != nil {
+		return err
+	}
+	ver := p.ti.model.Version
+	exp, err := ver.Get(rv)
+	if err != nil {
+		return err
+	}
+	if op == versioned.OpUpdate {
+		if _, err := ver.Next(exp); err != nil {
+			return err
+		}
+	}
+	key, err := p.ti.key(table, rv)
+	if err != nil {
+		return err
+	}
+	args := make([]any, 0, len(p.set)+len(p.ti.keys)+1)
+	elem := rv.Elem()
+	for _, idx := range p.set {
+		args = append(args, readField(elem, idx))
+	}
+	args = appendKey(args, key)
+	args = append(args, exp)
+	res, err := ex.ExecContext(ctx, p.sql, args...)
+	if err != nil {
+		return fmt.Errorf("sqlxhelpers: %s %s: %w", opName, table, err)
+	}
+	g := versioned.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer}
+	if err := g.CheckContext(ctx, res, nil); err != nil {
+		return err
+	}
+	if op == versioned.OpUpdate {
+		return ver.Set(rv, exp+1)
+	}
+	return nil
+}
+
+// UpdateSQL returns the statement Update runs for ptr's type, for logs and
+// tests. Its arguments are the assigned values, the key values and the
+// expected version, in that order.
+func (h *Helper) UpdateSQL(table string, ptr any, opts ...WriteOption) (string, error) {
+	return h.sqlFor(versioned.OpUpdate, table, ptr, opts)
+}
+
+// DeleteSQL returns the statement Delete runs for ptr's type.
+func (h *Helper) DeleteSQL(table string, ptr any) (string, error) {
+	return h.sqlFor(versioned.OpDelete, table, ptr, nil)
+}
+
+func (h *Helper) sqlFor(op versioned.Op, table string, ptr any, opts []WriteOption) (string, error) {
+	t := reflect.TypeOf(ptr)
+	if t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return "", &versioned.InputError{Op: op.String(), Arg: "value",
+			Reason: fmt.Sprintf("%T is not a struct or a pointer to one", ptr), Kind: versioned.ErrInvalidArg}
+	}
+	p, err := h.s.plan(t, table, op, opts)
+	if err != nil {
+		return "", err
+	}
+	return p.sql, nil
+}
