@@ -85,8 +85,7 @@
 //
 // # Opting out
 //
-// db.Scopes(SkipVersionCheck) — or db.Set(SkipKey, true) — makes the
-// statements of that chain deliberate blind writes: no version check, no
+// db.Scopes(SkipVersionCheck) makes the statements of that chain deliberate blind writes: no version check, no
 // key or slice refusal, upserts allowed, but every updated row is still
 // bumped. It is deliberately not Unscoped.
 //

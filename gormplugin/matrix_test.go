@@ -185,9 +185,16 @@ func writeCases() []writeCase {
 	add(writeCase{name: "SkipVersionCheck/scope", dbVer: 2, memVer: 1, run: func(db *gorm.DB, o *Order) error {
 		return db.Scopes(gormplugin.SkipVersionCheck).Model(o).Update("status", "paid").Error
 	}, wantStatus: "paid", wantVer: 3, wantMem: 1})
-	add(writeCase{name: "SkipVersionCheck/setting", dbVer: 2, memVer: 1, run: func(db *gorm.DB, o *Order) error {
-		return db.Set(gormplugin.SkipKey, true).Model(o).Update("status", "paid").Error
+	add(writeCase{name: "SkipVersionCheck/save", dbVer: 2, memVer: 1, run: func(db *gorm.DB, o *Order) error {
+		o.Status = "paid"
+		return db.Scopes(gormplugin.SkipVersionCheck).Save(o).Error
 	}, wantStatus: "paid", wantVer: 3, wantMem: 1})
+	add(writeCase{name: "SkipVersionCheck/one-statement-only", dbVer: 2, memVer: 1, run: func(db *gorm.DB, o *Order) error {
+		if err := db.Scopes(gormplugin.SkipVersionCheck).Model(&Order{}).Where("status = ?", "other").Update("amount", 7).Error; err != nil {
+			return err
+		}
+		return db.Model(o).Update("status", "paid").Error // a new chain: checked again
+	}, wantErr: versioned.ErrStale, wantStatus: "new", wantVer: 2, wantMem: 1, othersVer: 2, othersAmt: 7})
 	add(writeCase{name: "SkipVersionCheck/delete", dbVer: 2, memVer: 1, run: func(db *gorm.DB, o *Order) error {
 		return db.Scopes(gormplugin.SkipVersionCheck).Delete(o).Error
 	}, wantGone: true, wantMem: 1, rows: 2})

@@ -24,10 +24,10 @@ type model struct {
 	soft   bool          // the schema has delete clauses (soft delete)
 	softF  *schema.Field // the field whose type carries them (gorm.DeletedAt …)
 
-	// Built once, copied into statements.
-	bump     clause.Assignment // version = version + 1
-	bumpNull clause.Assignment // version = COALESCE(version, 0) + 1
-	tail     clause.Expr       // , version = version + 1 (after a soft delete's SET)
+	// Built once (and boxed once), written into statements.
+	col      any         // clause.Column{Name: version}
+	qcol     any         // clause.Column{Table: clause.CurrentTable, Name: version}
+	tail     clause.Expr // , version = version + 1 (after a soft delete's SET)
 	tailNull clause.Expr
 }
 
@@ -101,8 +101,8 @@ func parseModel(s *schema.Schema) *model {
 		}
 	}
 	col := clause.Column{Name: m.column}
-	m.bump = clause.Assignment{Column: col, Value: clause.Expr{SQL: "? + 1", Vars: []any{col}}}
-	m.bumpNull = clause.Assignment{Column: col, Value: clause.Expr{SQL: "COALESCE(?, 0) + 1", Vars: []any{col}}}
+	m.col = col
+	m.qcol = clause.Column{Table: clause.CurrentTable, Name: m.column}
 	m.tail = clause.Expr{SQL: ",? = ? + 1", Vars: []any{col, col}}
 	m.tailNull = clause.Expr{SQL: ",? = COALESCE(?, 0) + 1", Vars: []any{col, col}}
 	return m

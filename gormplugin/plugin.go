@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/sqlock/sqlock/observe"
 )
@@ -13,10 +14,16 @@ import (
 // Name is the plugin's name in gorm.DB.Plugins.
 const Name = "sqlock:gormplugin"
 
-// SkipKey is the gorm.DB setting that turns the version check off for the
-// statements of one chain: db.Set(gormplugin.SkipKey, true). SkipVersionCheck
-// is the same as a scope.
-const SkipKey = "sqlock:skip_version_check"
+// skipName names the statement clause SkipVersionCheck adds. It is never
+// built into SQL.
+const skipName = "sqlock:skip_version_check"
+
+// skipMarker is the clause SkipVersionCheck adds.
+type skipMarker struct{}
+
+func (skipMarker) Name() string                 { return skipName }
+func (skipMarker) Build(clause.Builder)         {}
+func (skipMarker) MergeClause(c *clause.Clause) { c.Expression = skipMarker{} }
 
 // SkipVersionCheck is a GORM scope that makes one statement a deliberate
 // blind write:
@@ -31,7 +38,11 @@ const SkipKey = "sqlock:skip_version_check"
 // update every column, which are otherwise refused on versioned models. It
 // is named on purpose: Unscoped keeps its GORM meaning (no soft-delete
 // filter) and does not affect versioning.
-func SkipVersionCheck(db *gorm.DB) *gorm.DB { return db.Set(SkipKey, true) }
+//
+// The switch is a statement clause rather than a db.Set setting, so that
+// checking for it costs a map lookup on every statement, not the
+// initialisation of the statement's settings map.
+func SkipVersionCheck(db *gorm.DB) *gorm.DB { return db.Clauses(skipMarker{}) }
 
 // NullPolicy says how a NULL in a version column is treated.
 type NullPolicy uint8
@@ -160,12 +171,8 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 }
 
 func skipped(db *gorm.DB) bool {
-	v, ok := db.Statement.Settings.Load(SkipKey)
-	if !ok {
-		return false
-	}
-	b, _ := v.(bool)
-	return b
+	_, ok := db.Statement.Clauses[skipName]
+	return ok
 }
 
 func (p *Plugin) stale(ctx context.Context, table string, err error) {

@@ -17,33 +17,56 @@ import (
 // their guard for the after-callbacks. It is never built into SQL.
 const stateKey = "sqlock:version"
 
-// guard is one statement's versioning: the WHERE predicate it builds, and
-// the state the after-callback needs.
+// guard is one statement's versioning: the WHERE predicate it builds (as
+// *guard), the SET it builds for updates (as *setExpr), and the state the
+// after-callback needs. One allocation per statement.
 type guard struct {
 	m        *model
 	expected int64
 	op       versioned.Op
 	check    bool // compare with expected; false: bump only (batch, opt-out)
 	orNull   bool // expected 0 under NullAsZero: (version = 0 OR version IS NULL)
+	nullBump bool // bump with COALESCE(version, 0) + 1
 	soft     bool // a soft delete, which bumps the version
 	setTail  bool // the guard put a SET clause in place (soft delete)
+	set      clause.Set
 	userSet  *clause.Clause
 	softWas  reflect.Value // a copy of the soft-delete field, restored when a soft delete fails
 }
 
 // Build writes the version predicate.
 func (g *guard) Build(b clause.Builder) {
-	col := clause.Column{Table: clause.CurrentTable, Name: g.m.column}
 	if g.orNull {
 		b.WriteByte('(')
 	}
-	b.WriteQuoted(col)
+	b.WriteQuoted(g.m.qcol)
 	b.WriteString(" = ")
 	b.AddVar(b, g.expected)
 	if g.orNull {
 		b.WriteString(" OR ")
-		b.WriteQuoted(col)
+		b.WriteQuoted(g.m.qcol)
 		b.WriteString(" IS NULL)")
+	}
+}
+
+// setExpr is the SET clause of a versioned update: the caller's
+// assignments, then the bump.
+type setExpr guard
+
+func (s *setExpr) Build(b clause.Builder) {
+	if len(s.set) > 0 {
+		s.set.Build(b)
+		b.WriteByte(',')
+	}
+	b.WriteQuoted(s.m.col)
+	b.WriteByte('=')
+	if s.nullBump {
+		b.WriteString("COALESCE(")
+		b.WriteQuoted(s.m.col)
+		b.WriteString(", 0) + 1")
+	} else {
+		b.WriteQuoted(s.m.col)
+		b.WriteString(" + 1")
 	}
 }
 
@@ -84,24 +107,23 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 		missing, col := g.m.keyMissing(ctx, rv)
 		switch {
 		case skip:
-			return true
 		case missing && exp == 0:
 			// No key and no version: Model(&T{}).Where(…), a batch write.
-			return true
 		case missing:
 			db.AddError(&versioned.KeyError{Table: stmt.Table, Column: col,
 				Reason: "a versioned " + g.op.String() + " of one row needs its primary key; " +
 					"use Model(&T{}).Where(…) for a batch write"})
 			return false
-		}
-		if bumps {
-			if _, err := g.m.next(exp); err != nil {
-				db.AddError(err)
-				return false
+		default:
+			if bumps {
+				if _, err := g.m.next(exp); err != nil {
+					db.AddError(err)
+					return false
+				}
 			}
+			g.check = true
+			g.orNull = exp == 0 && p.cfg.null == NullAsZero
 		}
-		g.check = true
-		g.orNull = exp == 0 && p.cfg.null == NullAsZero
 	case reflect.Slice, reflect.Array:
 		if rv.Len() > 0 && !skip {
 			db.AddError(&UnsupportedError{Table: stmt.Table, Op: g.op.String(),
@@ -110,20 +132,10 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 			return false
 		}
 	}
+	// Under NullAsZero the bump turns a NULL into 1 for unchecked writes
+	// and for writes expecting 0.
+	g.nullBump = p.cfg.null == NullAsZero && (!g.check || g.expected == 0)
 	return true
-}
-
-// nullBump reports whether the bump must turn a NULL version into 1: under
-// NullAsZero, for unchecked writes and for writes expecting 0.
-func (g *guard) nullBump(null NullPolicy) bool {
-	return null == NullAsZero && (!g.check || g.expected == 0)
-}
-
-func (g *guard) bumpAssignment(null NullPolicy) clause.Assignment {
-	if g.nullBump(null) {
-		return g.m.bumpNull
-	}
-	return g.m.bump
 }
 
 // addWhere appends the guard to the statement's WHERE, first wrapping the
@@ -197,25 +209,24 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 			out = append(out, a)
 		}
 	}
-	set = append(out, g.bumpAssignment(p.cfg.null))
-	stmt.Clauses["SET"] = clause.Clause{Name: "SET", Expression: set}
+	g.set = out
+	stmt.Clauses["SET"] = clause.Clause{Name: "SET", Expression: (*setExpr)(g)}
 	if g.check {
 		addWhere(stmt, g)
 	}
-	stmt.Clauses[stateKey] = clause.Clause{Expression: g}
 }
 
 func (p *Plugin) afterUpdate(db *gorm.DB) {
 	stmt := db.Statement
-	c, ok := stmt.Clauses[stateKey]
+	c, ok := stmt.Clauses["SET"]
 	if !ok {
 		return
 	}
-	g, _ := c.Expression.(*guard)
-	delete(stmt.Clauses, stateKey)
-	if g == nil {
+	s, ok := c.Expression.(*setExpr)
+	if !ok {
 		return
 	}
+	g := (*guard)(s)
 	if g.userSet != nil {
 		stmt.Clauses["SET"] = *g.userSet
 	} else {
@@ -245,7 +256,7 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 		// bump rides along as the clause's trailing expression.
 		if _, ok := stmt.Clauses["SET"]; !ok {
 			tail := m.tail
-			if g.nullBump(p.cfg.null) {
+			if g.nullBump {
 				tail = m.tailNull
 			}
 			stmt.Clauses["SET"] = clause.Clause{Name: "SET", AfterExpression: tail}
