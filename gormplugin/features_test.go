@@ -557,3 +557,34 @@ func TestKeyNotUnique(t *testing.T) {
 		}
 	})
 }
+
+// Note embeds gorm.Model (ID, timestamps, soft delete) beside a uint32
+// version.
+type Note struct {
+	gorm.Model
+	Body    string
+	Version uint32 `lock:"version"`
+}
+
+func TestEmbeddedGormModel(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+		must(t, db.AutoMigrate(&Note{}))
+		n := Note{Body: "a"}
+		must(t, db.Create(&n).Error)
+		old := n
+		n.Body = "b"
+		must(t, db.Updates(&n).Error)
+		if n.Version != 2 {
+			t.Fatalf("version %d, want 2", n.Version)
+		}
+		old.Body = "stale"
+		checkErr(t, db.Updates(&old).Error, versioned.ErrStale)
+		checkErr(t, db.Delete(&old).Error, versioned.ErrStale)
+		must(t, db.Delete(&n).Error)
+		var got Note
+		must(t, db.Unscoped().First(&got, n.ID).Error)
+		if got.Body != "b" || got.Version != 3 || !got.DeletedAt.Valid {
+			t.Fatalf("row %+v", got)
+		}
+	})
+}
