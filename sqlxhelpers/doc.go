@@ -49,8 +49,8 @@
 // Your condition is parenthesised, so an OR in it cannot bypass the guard;
 // with UPDATE … FROM or DELETE … USING the version column is qualified with
 // the target's alias or name. The statement is read by a tokenizer that
-// follows PostgreSQL's lexical rules: '…' strings with '' escapes, E'…'
-// strings with backslash escapes, U&'…', B'…', X'…' and N'…' strings,
+// follows PostgreSQL's lexical rules: '…' strings (a doubled quote is a
+// quote), E'…' strings with backslash escapes, U&'…', B'…', X'…' and N'…' strings,
 // "quoted" identifiers with "" escapes, -- comments and nested /* */
 // comments, dollar quoting ($$…$$, $tag$…$tag$), parentheses and brackets
 // (only the top-level WHERE counts), :: casts (not parameters), and sqlx

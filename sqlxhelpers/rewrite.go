@@ -343,10 +343,6 @@ func (p *parser) readOnlyBody(from, to int) *RewriteError {
 	if from >= to {
 		return p.errAt(ErrCTE, from, "empty CTE")
 	}
-	if !(p.isWord(from, "select") || p.isWord(from, "values") || p.isWord(from, "table") ||
-		p.isWord(from, "with") || p.toks[from].kind == tkLParen) {
-		return p.errAt(ErrCTE, from, "a CTE that is not a SELECT, VALUES or TABLE query")
-	}
 	for j := from; j < to; j++ {
 		switch {
 		case p.isWord(j, "insert"), p.isWord(j, "delete"), p.isWord(j, "merge"):
@@ -357,6 +353,10 @@ func (p *parser) readOnlyBody(from, to int) *RewriteError {
 			}
 			return p.errAt(ErrCTE, j, "data-modifying CTE")
 		}
+	}
+	if !(p.isWord(from, "select") || p.isWord(from, "values") || p.isWord(from, "table") ||
+		p.isWord(from, "with") || p.toks[from].kind == tkLParen) {
+		return p.errAt(ErrCTE, from, "a CTE that is not a SELECT, VALUES or TABLE query")
 	}
 	return nil
 }

@@ -1,0 +1,145 @@
+package sqlxhelpers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/jmoiron/sqlx"
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/sqlxhelpers"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// exampleDB is a go-sqlmock database posing as PostgreSQL, so the examples
+// can show the exact SQL without a server.
+func exampleDB() (*sqlx.DB, sqlmock.Sqlmock) {
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		panic(err)
+	}
+	return sqlx.NewDb(db, "pgx"), mock
+}
+
+func ExampleHelper_Update() {
+	db, mock := exampleDB()
+	defer db.Close()
+	h, _ := sqlxhelpers.New(db)
+
+	type Seat struct {
+		ID      int64  `db:"id"`
+		Holder  string `db:"holder"`
+		Version int64  `db:"version" lock:"version"`
+	}
+	s := Seat{ID: 42, Holder: "", Version: 7} // as read earlier
+	s.Holder = "ann"
+
+	sql, _ := h.UpdateSQL("seats", &s)
+	fmt.Println(sql)
+	mock.ExpectExec(sql).WithArgs("ann", int64(42), int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
+	err := h.Update(context.Background(), "seats", &s)
+	fmt.Println(err, s.Version)
+
+	// Someone else took the seat meanwhile: the row is no longer at
+	// version 8.
+	mock.ExpectExec(sql).WithArgs("bob", int64(42), int64(8)).WillReturnResult(sqlmock.NewResult(0, 0))
+	s.Holder = "bob"
+	err = h.Update(context.Background(), "seats", &s)
+	fmt.Println(errors.Is(err, versioned.ErrStale), s.Version)
+	// Output:
+	// UPDATE "seats" SET "holder" = $1, "version" = "version" + 1 WHERE "id" = $2 AND "version" = $3
+	// <nil> 8
+	// true 8
+}
+
+func ExampleHelper_NamedExec() {
+	db, mock := exampleDB()
+	defer db.Close()
+	h, _ := sqlxhelpers.New(db)
+
+	a := Account{ID: 1, Owner: "ann", Balance: 70, Version: 3}
+	const pay = `UPDATE accounts SET balance = :balance WHERE id = :id OR owner = :owner`
+	g, _ := h.Rewrite(pay, &a)
+	fmt.Println(g.SQL)
+	fmt.Println(g.Params)
+
+	mock.ExpectExec(g.SQL).WithArgs(int64(70), int64(1), "ann", int64(3)).WillReturnResult(sqlmock.NewResult(0, 1))
+	err := h.NamedExec(context.Background(), pay, &a)
+	fmt.Println(err, a.Version)
+	// Output:
+	// UPDATE accounts SET balance = $1, "version" = "version" + 1 WHERE (id = $2 OR owner = $3) AND "version" = $4
+	// [balance id owner version]
+	// <nil> 4
+}
+
+func ExampleRewrite() {
+	spec := sqlxhelpers.Spec{VersionColumn: "version", VersionParam: "version", BindType: sqlx.DOLLAR}
+	for _, q := range []string{
+		`DELETE FROM accounts a USING owners o WHERE o.id = a.owner_id AND o.name = :name RETURNING a.id`,
+		`UPDATE accounts SET note = 'WHERE x; -- :no' WHERE id = :id -- :not a param`,
+		`UPDATE accounts SET balance = 0`,
+		`UPDATE accounts SET balance = 0 WHERE id = :id; DROP TABLE accounts`,
+		`WITH gone AS (DELETE FROM orders RETURNING account) UPDATE accounts SET n = 0 WHERE id IN (SELECT account FROM gone)`,
+	} {
+		g, err := sqlxhelpers.Rewrite(q, spec)
+		if err != nil {
+			fmt.Println("refused:", errors.Is(err, sqlxhelpers.ErrRewrite), err)
+			continue
+		}
+		fmt.Println(g.SQL)
+	}
+	// Output:
+	// DELETE FROM accounts a USING owners o WHERE (o.id = a.owner_id AND o.name = $1) AND a."version" = $2 RETURNING a.id
+	// UPDATE accounts SET note = 'WHERE x; -- :no', "version" = "version" + 1 WHERE (id = $1) AND "version" = $2 -- :not a param
+	// refused: true sqlxhelpers: cannot guard statement: no top-level WHERE clause: the statement would touch every row (at byte 31)
+	// refused: true sqlxhelpers: cannot guard statement: more SQL after a top-level ';' (at byte 48)
+	// refused: true sqlxhelpers: cannot guard statement: data-modifying CTE (at byte 14)
+}
+
+// AccountRepo is an ordinary sqlx repository: each method reads what it
+// needs and writes with a version guard.
+type AccountRepo struct {
+	db *sqlx.DB
+	h  *sqlxhelpers.Helper
+}
+
+// Deposit is one attempt: read, change, write. It returns
+// *versioned.StaleError when someone else wrote the row in between.
+func (r *AccountRepo) Deposit(ctx context.Context, d Deposit) (Account, error) {
+	var a Account
+	if err := r.db.GetContext(ctx, &a, `SELECT id, owner, balance, version FROM accounts WHERE id = $1`, d.ID); err != nil {
+		return a, err
+	}
+	a.Balance += d.Amount
+	return a, r.h.Update(ctx, "accounts", &a, sqlxhelpers.Columns("balance"))
+}
+
+type Deposit struct {
+	ID, Amount int64
+}
+
+// A repository method becomes a retrying one with retry.Wrap: a stale write
+// re-runs the whole method (re-read, re-apply, re-write), other errors
+// return at once.
+func Example_retryRepository() {
+	db, mock := exampleDB()
+	defer db.Close()
+	h, _ := sqlxhelpers.New(db)
+	repo := &AccountRepo{db: db, h: h}
+	deposit := retry.Wrap(repo.Deposit, retry.WithMaxAttempts(5))
+
+	const read = `SELECT id, owner, balance, version FROM accounts WHERE id = $1`
+	const write = `UPDATE "accounts" SET "balance" = $1, "version" = "version" + 1 WHERE "id" = $2 AND "version" = $3`
+	cols := []string{"id", "owner", "balance", "version"}
+	// First attempt: read version 3, but a concurrent deposit wins.
+	mock.ExpectQuery(read).WithArgs(int64(1)).WillReturnRows(sqlmock.NewRows(cols).AddRow(1, "ann", 100, 3))
+	mock.ExpectExec(write).WithArgs(int64(110), int64(1), int64(3)).WillReturnResult(sqlmock.NewResult(0, 0))
+	// Second attempt: re-read (now 150 at version 4) and write.
+	mock.ExpectQuery(read).WithArgs(int64(1)).WillReturnRows(sqlmock.NewRows(cols).AddRow(1, "ann", 150, 4))
+	mock.ExpectExec(write).WithArgs(int64(160), int64(1), int64(4)).WillReturnResult(sqlmock.NewResult(0, 1))
+
+	a, err := deposit(context.Background(), Deposit{ID: 1, Amount: 10})
+	fmt.Println(a.Balance, a.Version, err, mock.ExpectationsWereMet())
+	// Output: 160 5 <nil> <nil>
+}
