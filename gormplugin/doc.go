@@ -66,10 +66,10 @@
 // db.Delete(&Order{}, id) and the generics API's condition-based Update and
 // Delete.
 //
-// The existing WHERE of a checked write is parenthesised whenever it holds
-// an OR joined by Or(), so the key and version conditions bind the whole
-// statement: a lone Or() acts as part of the caller's condition group and
-// can never widen the write past the row.
+// The caller's own WHERE conditions on a single-row write are put in one
+// parenthesised group before the primary key and the version are appended
+// (WHERE (caller's conditions) AND <pk> AND version = ?), so no Or() — a
+// lone one included — can widen the write past the row.
 //
 // Model(&slice) updates and deletes of a non-empty slice of versioned rows
 // fail with *UnsupportedError (ErrUnsupported) — one statement cannot check

@@ -588,3 +588,38 @@ func TestEmbeddedGormModel(t *testing.T) {
 		}
 	})
 }
+
+func TestUserSetAndReturning(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+		must(t, db.AutoMigrate(&Order{}))
+		o := Order{Status: "new"}
+		must(t, db.Create(&o).Error)
+		for range 2 {
+			must(t, db.Create(&Order{Status: "other"}).Error)
+		}
+		old := o
+
+		// A SET clause of the caller's own: the plugin adds the key, the
+		// check and the bump, and drops a version assignment.
+		set := clause.Set{{Column: clause.Column{Name: "status"}, Value: "set"}, {Column: clause.Column{Name: "version"}, Value: 50}}
+		must(t, db.Model(&o).Clauses(set).Updates(map[string]any{}).Error)
+		checkErr(t, db.Model(&old).Clauses(set).Updates(map[string]any{}).Error, versioned.ErrStale)
+		if o.Version != 2 || old.Version != 1 {
+			t.Fatalf("versions %d, %d", o.Version, old.Version)
+		}
+
+		// RETURNING scans the row back; the version agrees.
+		must(t, db.Model(&o).Clauses(clause.Returning{}).Update("status", "ret").Error)
+		checkErr(t, db.Model(&old).Clauses(clause.Returning{}).Update("status", "ret").Error, versioned.ErrStale)
+		var got Order
+		must(t, db.First(&got, o.ID).Error)
+		if got.Status != "ret" || got.Version != 3 || o.Version != 3 {
+			t.Fatalf("row %+v, struct version %d", got, o.Version)
+		}
+		var others int64
+		must(t, db.Model(&Order{}).Where("status = ? AND version = 1", "other").Count(&others).Error)
+		if others != 2 {
+			t.Fatalf("bystanders changed")
+		}
+	})
+}

@@ -138,20 +138,47 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 	return true
 }
 
-// addWhere appends the guard to the statement's WHERE, first wrapping the
-// existing conditions in parentheses when any of them is a lone OR (which
-// GORM would otherwise join as "… OR cond AND version = ?").
+// group is the caller's WHERE conditions, always built inside one pair of
+// parentheses, with GORM's own rules for joining them.
+type group []clause.Expression
+
+func (g group) Build(b clause.Builder) {
+	b.WriteByte('(')
+	clause.Where{Exprs: g}.Build(b)
+	b.WriteByte(')')
+}
+
+// groupConditions puts the statement's existing WHERE conditions into one
+// parenthesised group. It runs before the primary key and the version are
+// appended, so that both bind the whole statement whatever the caller's
+// conditions hold: GORM's own parenthesising depends on the shape of each
+// condition (a lone Or(), an "a OR b" string inside clause.And, …) and can
+// leave an OR that would join the key or the version as "… OR x AND id = ?".
+func groupConditions(stmt *gorm.Statement) {
+	c, ok := stmt.Clauses["WHERE"]
+	if !ok {
+		return
+	}
+	w, ok := c.Expression.(clause.Where)
+	if !ok || len(w.Exprs) == 0 {
+		return
+	}
+	if len(w.Exprs) == 1 {
+		if _, ok := w.Exprs[0].(group); ok {
+			return
+		}
+	}
+	// A copy: clause.Where.Build reorders its slice in place.
+	c.Expression = clause.Where{Exprs: []clause.Expression{group(append([]clause.Expression(nil), w.Exprs...))}}
+	stmt.Clauses["WHERE"] = c
+}
+
+// addWhere appends the guard to the statement's WHERE.
 func addWhere(stmt *gorm.Statement, g *guard) {
 	c := stmt.Clauses["WHERE"]
 	var exprs []clause.Expression
 	if w, ok := c.Expression.(clause.Where); ok {
 		exprs = w.Exprs
-	}
-	for _, e := range exprs {
-		if or, ok := e.(clause.OrConditions); ok && len(or.Exprs) == 1 {
-			exprs = []clause.Expression{clause.And(exprs...)}
-			break
-		}
 	}
 	exprs = append(exprs[:len(exprs):len(exprs)], g)
 	c.Name = "WHERE"
@@ -174,6 +201,9 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 	}
 	ctx := stmt.Context
 	rv := stmt.ReflectValue
+	if rv.Kind() == reflect.Struct {
+		groupConditions(stmt)
+	}
 
 	var set clause.Set
 	if c, ok := stmt.Clauses["SET"]; ok {
@@ -270,6 +300,9 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 				g.softWas.Set(fv)
 			}
 		}
+	}
+	if stmt.ReflectValue.Kind() == reflect.Struct {
+		groupConditions(stmt)
 	}
 	if g.check {
 		addWhere(stmt, g)
