@@ -13,7 +13,8 @@ import (
 var (
 	// ErrUnsupported: a write the plugin cannot version safely (an update or
 	// delete of a non-empty slice of versioned rows, an upsert that updates
-	// every column of a versioned row). Nothing was sent. Returned as
+	// every column of a versioned row), or a locked transaction on an engine
+	// without advisory locks. Nothing was sent. Returned as
 	// *UnsupportedError.
 	ErrUnsupported = errors.New("gormplugin: unsupported versioned write")
 
@@ -31,6 +32,9 @@ type UnsupportedError struct {
 }
 
 func (e *UnsupportedError) Error() string {
+	if e.Table == "" {
+		return fmt.Sprintf("gormplugin: unsupported %s: %s", e.Op, e.Reason)
+	}
 	return fmt.Sprintf("gormplugin: unsupported versioned %s of %s: %s", e.Op, e.Table, e.Reason)
 }
 
