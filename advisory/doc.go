@@ -2,4 +2,117 @@
 // advisory locks that never leak: each held lock owns a connection taken out
 // of the pool, which goes back only after a confirmed unlock and is
 // destroyed on any doubt.
+//
+//	l := advisory.New(db) // *sql.DB; advisory.NewPool(pool) for pgx
+//	err := l.Do(ctx, advisory.KeyOf("payment:order-123"), func(ctx context.Context) error {
+//		// Only one holder, in any process, runs this at a time.
+//		// ctx ends if the lock is lost.
+//		return charge(ctx, order)
+//	})
+//
+// # Keys
+//
+// A Key is a value in one of PostgreSQL's two advisory key spaces: bigint
+// (KeyOf hashes a string with hashtextextended's algorithm, KeyText with
+// hashtext's, KeyInt takes a number) or a pair of int4 (KeyPair). Keys reach
+// the server as bind parameters or as integer literals this package formats;
+// never as caller text. The zero Key and KeyOf("") are invalid
+// (ErrInvalidKey): a lock on "" almost always means a missing value.
+//
+// # The contract
+//
+// Mutual exclusion: while a Lock from Lock (or a Do function) runs, no other
+// session — another goroutine's lock, another process, another machine — holds
+// the same key's exclusive lock, or its shared lock (RLock, TryRLock,
+// DoShared; shared holders exclude only exclusive ones).
+//
+// One connection per lock: a lock is held on a connection pinned out of the
+// pool (database/sql: DB.Conn; pgx: Pool.Acquire) for exactly as long as it
+// is held. Unlock runs pg_advisory_unlock on it and returns it to the pool
+// only if that returned true. Anything else — false, an error, a timeout, a
+// panic, a context that ended mid-statement — closes the connection instead
+// (database/sql: driver.ErrBadConn through Conn.Raw; pgx: Conn.Close before
+// Release), which ends the server session and every lock in it. A
+// connection never carries a lock back into the pool, where the next user
+// would get it for free (session locks are re-entrant per session).
+//
+// Nothing leaks: a lock granted but not handed to the caller (the context
+// ended as it was granted, an observer panicked) is released or its
+// connection destroyed before the call returns. Unlock runs on a context
+// detached from the caller's cancellation (context.WithoutCancel) with a
+// deadline of its own (WithUnlockTimeout), so a cancelled request still
+// unlocks. No goroutine outlives its lock: the keepalive goroutine ends
+// before Unlock returns.
+//
+// Bounded, server-side waits: Lock and RLock wait inside PostgreSQL, in its
+// fair queue and visible to its deadlock detector, for at most the wait
+// timeout (WithWaitTimeout, default 5 s; an earlier context deadline wins).
+// The bound is a lock_timeout set with SET LOCAL in the same simple-protocol
+// batch as the lock call; PostgreSQL runs such a batch as one implicit
+// transaction, so the setting ends with it and is never left on the
+// session (a session lock taken inside a transaction stays held after it).
+// statement_timeout is lifted in the same way so that only the wait bound
+// governs. Outcomes are typed: ErrTimeout (the wait ran out; also
+// context.DeadlineExceeded when the context's deadline was the bound),
+// ErrNotAcquired (a try-once found it held), ErrDeadlock (SQLSTATE 40P01),
+// context.Canceled.
+//
+// Timeout and cancellation races: a lock can be granted just as its
+// lock_timeout fires, so after any failed wait that left the connection
+// usable, the connection is swept with pg_advisory_unlock_all before it
+// goes back to the pool (it holds nothing else: one lock per connection).
+// When the outcome is unknown — the context ended mid-statement, the network
+// failed — the connection is destroyed. If the call returns a lock, it is
+// held.
+//
+// Loss is visible: a keepalive (WithKeepalive, default 2 s) checks each held
+// lock's connection with one round trip. When the connection dies — the
+// backend is terminated, the server restarts, the connection is reset —
+// Lost is closed, Err and Unlock report ErrLost, and the context Do gave its
+// function ends with a cause matching ErrLost, within one interval. (A
+// connection that silently stops answering is declared lost once a check
+// has waited max(interval, 1 s) for an answer.) The holder must then stop:
+// another holder may already have the
+// lock. An advisory lock is not a fencing token.
+//
+// # Re-locking a key
+//
+// Locks are not re-entrant, and taking a key this Locker already holds is
+// defined as follows. Go has no goroutine identity, so re-entrant counting
+// would let a second goroutine walk into a critical section another one is
+// in. Instead a hold is carried by a context: inside Do's function (or with
+// the context from Lock.Context), Lock, TryLock, RLock, TryRLock, Do and
+// DoShared of the same key on the same Locker return ErrAlreadyHeld at once,
+// without waiting on themselves. Without that context, a second request is
+// simply another session asking for the lock: it waits like any other
+// holder — so a goroutine that asks twice waits on itself until the wait
+// timeout and gets ErrTimeout, never longer. Other goroutines asking for a
+// key this Locker holds wait for it normally, each on its own connection.
+//
+// # Where session locks cannot work
+//
+// The first acquisition of a Locker (or Verify) probes the server once: it
+// must be PostgreSQL (CockroachDB's advisory-lock functions are no-op stubs;
+// other engines do not have them), its hashtext and hashtextextended must
+// agree with package hash, and a connection must keep one server session. A
+// pooler in transaction or statement mode (PgBouncer's pool_mode =
+// transaction) moves a client between server backends between
+// transactions, so a session lock would stay behind on a backend other
+// clients then use. The probe detects it — a session setting made on one
+// connection is seen by another, or the backend changes between statements
+// of one connection — and every call then returns ErrUnsupported. Behind
+// such a pooler use transaction-level locks (package txlock); session locks
+// need a direct connection or session pooling. The keepalive also treats a
+// backend change during a hold as a loss.
+//
+// # Connections
+//
+// Each held lock, and each waiting one, uses a connection of the pool: size
+// the pool for them plus the other work. With database/sql and pgx, taking a
+// pooled connection that has been idle for more than a second costs one
+// ping (the drivers' liveness check); otherwise an uncontended
+// TryLock+Unlock is two round trips, and so is Lock+Unlock.
+//
+// Errors are *Error values carrying the operation, the key and the cause;
+// match them with errors.Is against the Err* variables.
 package advisory

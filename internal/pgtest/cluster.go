@@ -164,23 +164,11 @@ func (c *Cluster) spawn(bin, data string, settings map[string]string, cred *sysc
 	for _, k := range keys {
 		args = append(args, "-c", k+"="+settings[k])
 	}
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.Dir = c.dir
-	// Its own process group: a Ctrl-C aimed at go test must not kill the
-	// watchdog before it has cleaned up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	in, err := cmd.StdinPipe()
+	wd, err := startWatchdog(c.dir, cred, args)
 	if err != nil {
 		return err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgtest: start watchdog: %w", err)
-	}
-	c.wd, c.stdin, c.replies = cmd, in, bufio.NewScanner(out)
+	c.wd, c.stdin, c.replies = wd.cmd, wd.stdin, wd.replies
 	pid, err := c.readPID()
 	if err != nil {
 		c.stop()
@@ -190,11 +178,45 @@ func (c *Cluster) spawn(bin, data string, settings map[string]string, cred *sysc
 	return nil
 }
 
-func (c *Cluster) readPID() (int, error) {
-	if !c.replies.Scan() {
-		return 0, fmt.Errorf("pgtest: watchdog exited: %v", c.replies.Err())
+func (c *Cluster) readPID() (int, error) { return readPID(c.replies) }
+
+// watchdogProc is a running watchdog shell: the test binary holds the write
+// end of its stdin, and the shell's stdout carries its replies.
+type watchdogProc struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	replies *bufio.Scanner
+}
+
+// startWatchdog runs /bin/sh with args (["-c", script, name, ...]) in dir
+// as cred, in a process group of its own (a Ctrl-C aimed at go test must
+// not kill the watchdog before it has cleaned up). The script is expected to
+// end its children and clean up when its stdin reaches EOF, which happens
+// when the test binary closes the pipe or dies in any way.
+func startWatchdog(dir string, cred *syscall.Credential, args []string) (*watchdogProc, error) {
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
 	}
-	return strconv.Atoi(strings.TrimSpace(c.replies.Text()))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("pgtest: start watchdog: %w", err)
+	}
+	return &watchdogProc{cmd: cmd, stdin: in, replies: bufio.NewScanner(out)}, nil
+}
+
+// readPID reads the next reply line of a watchdog as a process id.
+func readPID(replies *bufio.Scanner) (int, error) {
+	if !replies.Scan() {
+		return 0, fmt.Errorf("pgtest: watchdog exited: %v", replies.Err())
+	}
+	return strconv.Atoi(strings.TrimSpace(replies.Text()))
 }
 
 func (c *Cluster) waitReady(ctx context.Context) error {

@@ -1,0 +1,148 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Errors. Every error this package returns matches one of these with
+// errors.Is, or wraps a context error (context.Canceled), and is an *Error
+// carrying the operation, the key and the underlying cause.
+var (
+	// ErrTimeout: the wait ran out — the Locker's wait timeout, or the
+	// deadline of the caller's context (then the error also matches
+	// context.DeadlineExceeded). The server's lock_timeout (SQLSTATE 55P03)
+	// enforces it.
+	ErrTimeout = errors.New("advisory: timed out waiting for the lock")
+	// ErrNotAcquired: a try-once (TryLock, TryRLock) found the lock held
+	// elsewhere.
+	ErrNotAcquired = errors.New("advisory: lock is held elsewhere")
+	// ErrDeadlock: the server chose this waiter as a deadlock victim
+	// (SQLSTATE 40P01).
+	ErrDeadlock = errors.New("advisory: deadlock detected (SQLSTATE 40P01)")
+	// ErrAlreadyHeld: the context already carries a hold of this key from
+	// this Locker (inside Do, or a context from Lock.Context). Locks are not
+	// re-entrant: see the package documentation.
+	ErrAlreadyHeld = errors.New("advisory: key already held by this Locker in this context")
+	// ErrLost: the lock's session ended — its connection died, the server
+	// ended it, or an unlock could not be confirmed (then the connection was
+	// closed, which ends the session and so releases the lock).
+	ErrLost = errors.New("advisory: lock lost: its session ended")
+	// ErrNotHeld: Unlock of a Lock that was already unlocked.
+	ErrNotHeld = errors.New("advisory: lock not held (already unlocked)")
+	// ErrUnavailable: no working connection — the pool could not connect, or
+	// the connection broke during the call. Nothing is held.
+	ErrUnavailable = errors.New("advisory: database unavailable")
+	// ErrUnsupported: the server is not one where session advisory locks
+	// are real: not PostgreSQL (CockroachDB's no-op stubs, another engine),
+	// a server whose hashtext/hashtextextended disagree with this package,
+	// or a connection pooler that moves sessions between server backends
+	// (PgBouncer in transaction or statement mode). Behind such a pooler use
+	// transaction-level locks (package txlock), or a direct or
+	// session-pooled connection.
+	ErrUnsupported = errors.New("advisory: session advisory locks are not supported here")
+	// ErrNilHandle: New or NewPool was given a nil handle.
+	ErrNilHandle = errors.New("advisory: nil database handle")
+	// ErrInvalidOption: an option was out of range (for example a
+	// non-positive timeout).
+	ErrInvalidOption = errors.New("advisory: invalid option")
+	// ErrNilFunc: Do was given a nil function.
+	ErrNilFunc = errors.New("advisory: nil function")
+)
+
+// Error is the error type of this package.
+type Error struct {
+	Op    string // "lock", "trylock", "rlock", "tryrlock", "unlock", "do", "verify", "new"
+	Key   Key    // the zero Key when not applicable
+	Err   error  // one of the Err* values above, or nil
+	Cause error  // the underlying error (driver, server, context), or nil
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("advisory: ")
+	b.WriteString(e.Op)
+	if e.Key.Valid() {
+		b.WriteString(" ")
+		b.WriteString(e.Key.String())
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(e.Err.Error(), "advisory: "))
+	}
+	if e.Cause != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Cause.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel and the cause, so errors.Is and errors.As see
+// both.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	return errs
+}
+
+// sqlState returns the SQLSTATE of a server error from pgx, lib/pq or any
+// driver whose errors have a SQLState method; "" otherwise.
+func sqlState(err error) string {
+	var s interface{ SQLState() string }
+	if errors.As(err, &s) {
+		return s.SQLState()
+	}
+	return ""
+}
+
+// connectionTrouble reports whether err says the connection (not the SQL)
+// failed: the network, a closed connection, the server shutting down or
+// refusing connections.
+func connectionTrouble(err error) bool {
+	if err == nil {
+		return false
+	}
+	if code := sqlState(err); code != "" {
+		switch code[:2] {
+		case "08", "57", "53", "58": // connection, operator intervention, resources, system
+			return code != "57014" // query_canceled is not about the connection
+		}
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err)
+}
+
+// ctxError turns the end of the caller's context into an error: a deadline
+// is a timeout (matching both ErrTimeout and context.DeadlineExceeded), a
+// cancellation is context.Canceled (or the context's cause).
+func ctxError(op string, k Key, ctx context.Context) *Error {
+	cause := context.Cause(ctx)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &Error{Op: op, Key: k, Err: ErrTimeout, Cause: cause}
+	}
+	return &Error{Op: op, Key: k, Cause: cause}
+}

@@ -1,0 +1,135 @@
+package advisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/sqlock/sqlock/advisory"
+)
+
+// Do runs a critical section that only one holder, in any process, runs at
+// a time. The function's context ends if the lock is lost.
+func ExampleLocker_Do() {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	l := advisory.New(db, advisory.WithWaitTimeout(3*time.Second))
+
+	err = l.Do(context.Background(), advisory.KeyOf("payment:order-123"), func(ctx context.Context) error {
+		fmt.Println("charging order 123, alone")
+		return nil // work that uses ctx stops when the lock is lost
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: charging order 123, alone
+}
+
+// Lock and Unlock, for a hold that does not fit one function. Unlock runs
+// even on a cancelled context, and Lost reports a dead connection.
+func ExampleLocker_Lock() {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	l := advisory.New(db)
+	ctx := context.Background()
+
+	lk, err := l.Lock(ctx, advisory.KeyOf("nightly-report"))
+	switch {
+	case errors.Is(err, advisory.ErrTimeout):
+		fmt.Println("someone else is running it")
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	defer lk.Unlock(ctx)
+
+	select {
+	case <-lk.Lost():
+		fmt.Println("lock lost: stop")
+	default:
+		fmt.Println("holding", lk.Key().String() != "")
+	}
+	// Output: holding true
+}
+
+// TryLock takes the lock only if nobody holds it.
+func ExampleLocker_TryLock() {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	key := advisory.KeyPair(7, 42) // the two-int4 key space: pg_advisory_lock(7, 42)
+
+	first, err := advisory.New(db).TryLock(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = advisory.New(db).TryLock(ctx, key)
+	fmt.Println("second holder:", errors.Is(err, advisory.ErrNotAcquired))
+	if err := first.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: second holder: true
+}
+
+// RLock takes the lock in shared mode: readers together, writers alone.
+func ExampleLocker_RLock() {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	l := advisory.New(db)
+	ctx := context.Background()
+	key := advisory.KeyOf("catalog")
+
+	r1, err := l.RLock(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := l.TryRLock(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = l.TryLock(ctx, key)
+	fmt.Println("two readers; writer refused:", errors.Is(err, advisory.ErrNotAcquired))
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+	// Output: two readers; writer refused: true
+}
+
+// NewPool is the same Locker on a pgx pool.
+func ExampleNewPool() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	l := advisory.NewPool(pool, advisory.WithKeepalive(time.Second))
+	if err := l.Verify(ctx); err != nil { // fail fast: not PostgreSQL, or behind PgBouncer in transaction mode
+		log.Fatal(err)
+	}
+	err = l.Do(ctx, advisory.KeyInt(2024), func(ctx context.Context) error {
+		fmt.Println("migrating, alone")
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: migrating, alone
+}

@@ -1,0 +1,175 @@
+package advisory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlock/sqlock/observe"
+)
+
+// Lock is a held session-level advisory lock. It owns one pinned
+// connection until Unlock, and watches it: Lost is closed if the
+// connection dies. Its methods are safe for concurrent use.
+type Lock struct {
+	l        *Locker
+	key      Key
+	shared   bool
+	acquired time.Time
+
+	// sess is used only by the keepalive goroutine until stop is closed
+	// and kaDone is closed, then only by Unlock: a pinned connection is
+	// never used by two goroutines at once. nil once destroyed.
+	sess   session
+	pid    int32 // backend pid seen by the first keepalive; keepalive's own
+	stop   chan struct{}
+	kaDone chan struct{}
+
+	lostCtx  context.Context // cancelled with an *Error (ErrLost) on loss
+	loseOnce sync.Once
+	lose     context.CancelCauseFunc
+
+	mu    sync.Mutex // serialises Unlock
+	ended atomic.Bool
+}
+
+func newLock(l *Locker, key Key, shared bool, sess session, acquired time.Time) *Lock {
+	lk := &Lock{l: l, key: key, shared: shared, sess: sess, acquired: acquired,
+		stop: make(chan struct{}), kaDone: make(chan struct{})}
+	lk.lostCtx, lk.lose = context.WithCancelCause(context.Background())
+	return lk
+}
+
+func (lk *Lock) start() { go lk.keepalive() }
+
+// Key is the lock's key.
+func (lk *Lock) Key() Key { return lk.key }
+
+// Shared reports whether the lock is held in shared mode.
+func (lk *Lock) Shared() bool { return lk.shared }
+
+// Lost returns a channel that is closed when the lock is lost: its
+// connection died (seen by the keepalive, within one interval), the server
+// moved the session, or an unlock could not be confirmed. A successful
+// Unlock never closes it.
+func (lk *Lock) Lost() <-chan struct{} { return lk.lostCtx.Done() }
+
+// Err is nil while the lock has not been lost, and then an error matching
+// ErrLost that says why.
+func (lk *Lock) Err() error {
+	if lk.lostCtx.Err() == nil {
+		return nil
+	}
+	return context.Cause(lk.lostCtx)
+}
+
+// Context returns a context derived from parent that ends when the lock is
+// lost (its cause then matches ErrLost) or cancel is called, and that
+// carries the hold: taking the same key from the same Locker with it (or a
+// context derived from it) returns ErrAlreadyHeld instead of waiting on
+// itself. Do passes such a context to its function. Call cancel when done.
+func (lk *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(lk.lostCtx, func() { cancel(context.Cause(lk.lostCtx)) })
+	pn, _ := parent.Value(heldCtxKey{}).(*heldNode)
+	ctx = context.WithValue(ctx, heldCtxKey{}, &heldNode{lk: lk, parent: pn})
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// markLost records the loss once: closes Lost, reports it.
+func (lk *Lock) markLost(cause error) {
+	lk.loseOnce.Do(func() {
+		hold := time.Since(lk.acquired)
+		err := &Error{Op: "hold", Key: lk.key, Err: ErrLost, Cause: cause}
+		lk.lose(err)
+		lk.l.cfg.log.Warn("advisory: lock lost", "key", lk.key.String(), "shared", lk.shared,
+			"hold", hold, "error", cause)
+		lk.l.emit(context.Background(), observe.Event{Kind: observe.LockRelease, Key: lk.key.v,
+			Shared: lk.shared, Outcome: observe.Lost, Hold: hold, Err: err})
+	})
+}
+
+// pingTimeout bounds one keepalive check: one interval, but never less
+// than a second, so that a very short interval on a busy server does not
+// turn a slow answer into a loss (which would end the session, and so
+// the lock, for real).
+func pingTimeout(interval time.Duration) time.Duration {
+	return max(interval, time.Second)
+}
+
+// keepalive checks the connection every interval until Unlock stops it or
+// the connection fails. A connection that fails visibly (reset, closed,
+// backend terminated) is reported at the next check, within one interval; a
+// connection that stops answering, when a check has had no answer for
+// pingTimeout.
+func (lk *Lock) keepalive() {
+	defer close(lk.kaDone)
+	interval := lk.l.cfg.keepalive
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-lk.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout(interval))
+		var pid int32
+		err := lk.sess.queryRow(ctx, pingSQL, nil, &pid)
+		cancel()
+		if err == nil && lk.pid != 0 && pid != lk.pid {
+			err = fmt.Errorf("the connection's server backend changed from pid %d to %d: a pooler moved the session", lk.pid, pid)
+		}
+		if err != nil {
+			lk.sess.destroy()
+			lk.sess = nil
+			lk.markLost(err)
+			return
+		}
+		lk.pid = pid
+		t.Reset(interval)
+	}
+}
+
+// Unlock releases the lock and returns its connection to the pool, or, if
+// the release is not confirmed (pg_advisory_unlock did not return true in
+// time), closes the connection, which ends the session and so the lock. It
+// runs on a context detached from ctx's cancellation (a cancelled request
+// context still unlocks), bounded by the unlock timeout. It returns nil
+// after a confirmed release, an error matching ErrLost if the lock had been
+// lost or the release was not confirmed, and ErrNotHeld if Unlock already
+// ran.
+func (lk *Lock) Unlock(ctx context.Context) error {
+	if lk == nil {
+		return &Error{Op: "unlock", Err: ErrNotHeld}
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.ended.Load() {
+		return &Error{Op: "unlock", Key: lk.key, Err: ErrNotHeld}
+	}
+	lk.ended.Store(true)
+	close(lk.stop)
+	<-lk.kaDone // from here on this goroutine alone uses the connection
+	sess := lk.sess
+	lk.sess = nil
+	if sess == nil { // the keepalive found it lost
+		cause := context.Cause(lk.lostCtx)
+		if e, ok := cause.(*Error); ok {
+			cause = e.Cause
+		}
+		return &Error{Op: "unlock", Key: lk.key, Err: ErrLost, Cause: cause}
+	}
+	if err := lk.l.release(ctx, sess, lk.key, lk.shared); err != nil {
+		lk.markLost(err)
+		return &Error{Op: "unlock", Key: lk.key, Err: ErrLost, Cause: err}
+	}
+	lk.l.emit(ctx, observe.Event{Kind: observe.LockRelease, Key: lk.key.v, Shared: lk.shared,
+		Outcome: observe.Released, Hold: time.Since(lk.acquired)})
+	return nil
+}

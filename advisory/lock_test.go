@@ -1,0 +1,711 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/observe"
+)
+
+// mustLock(t)(l.Lock(ctx, key)) fails the test on error.
+func mustLock(t testing.TB) func(*advisory.Lock, error) *advisory.Lock {
+	return func(lk *advisory.Lock, err error) *advisory.Lock {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lk
+	}
+}
+
+func mustUnlock(t testing.TB, lk *advisory.Lock) {
+	t.Helper()
+	if err := lk.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLockUnlock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		a, b := bc.open(t, db), bc.open(t, db)
+		conn := admin(t, db)
+		key := advisory.KeyOf("order-1")
+
+		lk := mustLock(t)(a.Lock(ctx, key))
+		if lk.Key() != key || lk.Shared() {
+			t.Fatalf("lock reports key %v shared %v", lk.Key(), lk.Shared())
+		}
+		if pids := holderPIDs(t, conn, key); len(pids) != 1 {
+			t.Fatalf("pg_locks shows %d holders of %v, want 1", len(pids), key)
+		}
+		if _, err := b.TryLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
+			t.Fatalf("TryLock of a held key from another Locker: %v, want ErrNotAcquired", err)
+		}
+		// Another goroutine of the same Locker gets its own session: no
+		// free ride on the holder's.
+		if _, err := a.TryLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
+			t.Fatalf("TryLock of a held key from the same Locker: %v, want ErrNotAcquired", err)
+		}
+		if lk.Err() != nil {
+			t.Fatalf("Err of a held lock: %v", lk.Err())
+		}
+		mustUnlock(t, lk)
+		if err := lk.Unlock(ctx); !errors.Is(err, advisory.ErrNotHeld) {
+			t.Fatalf("second Unlock: %v, want ErrNotHeld", err)
+		}
+		select {
+		case <-lk.Lost():
+			t.Fatal("Lost closed by a normal Unlock")
+		default:
+		}
+		lk2 := mustLock(t)(b.TryLock(ctx, key))
+		mustUnlock(t, lk2)
+		if n := advisoryLocks(t, conn); n != 0 {
+			t.Fatalf("%d advisory locks left after Unlock", n)
+		}
+	})
+}
+
+func TestWaitTimeoutDeadlineCancel(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		holder := bc.open(t, db)
+		l := bc.open(t, db, advisory.WithWaitTimeout(300*time.Millisecond))
+		conn := admin(t, db)
+		key := advisory.KeyInt(42)
+		lk := mustLock(t)(holder.Lock(ctx, key))
+
+		_, err := l.Lock(ctx, key)
+		if !errors.Is(err, advisory.ErrTimeout) || errors.Is(err, advisory.ErrNotAcquired) ||
+			errors.Is(err, advisory.ErrDeadlock) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock of a held key with a 300ms wait: %v, want ErrTimeout only", err)
+		}
+		var e *advisory.Error
+		if !errors.As(err, &e) || e.Op != "lock" || e.Key != key {
+			t.Fatalf("error %#v is not an *advisory.Error for lock %v", err, key)
+		}
+
+		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = bc.open(t, db).Lock(dctx, key) // default 5 s wait: the context's deadline comes first
+		cancel()
+		if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with a 200ms context deadline: %v, want ErrTimeout and context.DeadlineExceeded", err)
+		}
+
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := bc.open(t, db).Lock(cctx, key)
+			done <- err
+		}()
+		waitUntil(t, "the waiter queues", func() bool { return waiting(t, conn, key) == 1 })
+		cancel()
+		err = <-done
+		if !errors.Is(err, context.Canceled) || errors.Is(err, advisory.ErrTimeout) {
+			t.Fatalf("Lock cancelled while waiting: %v, want context.Canceled", err)
+		}
+
+		// A waiter gets the lock when the holder lets go.
+		got := make(chan *advisory.Lock, 1)
+		go func() {
+			lk, err := bc.open(t, db, advisory.WithWaitTimeout(time.Minute)).Lock(ctx, key)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+		waitUntil(t, "the waiter queues", func() bool { return waiting(t, conn, key) == 1 })
+		mustUnlock(t, lk)
+		if lk2 := <-got; lk2 != nil {
+			mustUnlock(t, lk2)
+		}
+		waitNoLocks(t, conn)
+	})
+}
+
+// TestTimeoutSettingsNotLeft: the wait's lock_timeout and statement_timeout
+// are statement-scoped. The session's own values (set on the only pooled
+// connection) are the same after a granted lock, a timed-out one and a
+// try-lock; and a session whose defaults are short does not cut the wait
+// short.
+func TestTimeoutSettingsNotLeft(t *testing.T) {
+	type pool struct {
+		locker func(opts ...advisory.Option) *advisory.Locker
+		exec   func(string) error
+		show   func(string) string
+	}
+	setups := map[string]func(t *testing.T, db *pgtest.DB) pool{
+		"sql-pgx": func(t *testing.T, db *pgtest.DB) pool {
+			sdb := db.OpenSQL()
+			sdb.SetMaxOpenConns(1)
+			return pool{
+				locker: func(opts ...advisory.Option) *advisory.Locker { return advisory.New(sdb, opts...) },
+				exec:   func(q string) error { _, err := sdb.Exec(q); return err },
+				show: func(name string) string {
+					var v string
+					if err := sdb.QueryRow("SHOW " + name).Scan(&v); err != nil {
+						t.Fatal(err)
+					}
+					return v
+				},
+			}
+		},
+		"pgxpool": func(t *testing.T, db *pgtest.DB) pool {
+			p := pgxPoolWith(t, db, 1)
+			return pool{
+				locker: func(opts ...advisory.Option) *advisory.Locker { return advisory.NewPool(p, opts...) },
+				exec:   func(q string) error { _, err := p.Exec(context.Background(), q); return err },
+				show: func(name string) string {
+					var v string
+					if err := p.QueryRow(context.Background(), "SHOW "+name).Scan(&v); err != nil {
+						t.Fatal(err)
+					}
+					return v
+				},
+			}
+		},
+	}
+	for name, setup := range setups {
+		t.Run(name, func(t *testing.T) {
+			leakCheck(t)
+			db := pgtest.New(t)
+			ctx := context.Background()
+			p := setup(t, db)
+			l := p.locker()
+			// A wait bounded by the Locker, so the server's lock_timeout
+			// ends it (a context deadline may cancel the statement
+			// client-side, which costs the connection and would hide what
+			// this test looks at).
+			short := p.locker(advisory.WithWaitTimeout(300 * time.Millisecond))
+			for _, l := range []*advisory.Locker{l, short} {
+				if err := l.Verify(ctx); err != nil { // the probe closes its connections
+					t.Fatal(err)
+				}
+			}
+			if err := p.exec("SET lock_timeout = '7s'"); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.exec("SET statement_timeout = '9s'"); err != nil {
+				t.Fatal(err)
+			}
+			check := func(after string) {
+				t.Helper()
+				if v := p.show("lock_timeout"); v != "7s" {
+					t.Fatalf("after %s: lock_timeout = %s, want the session's 7s", after, v)
+				}
+				if v := p.show("statement_timeout"); v != "9s" {
+					t.Fatalf("after %s: statement_timeout = %s, want the session's 9s", after, v)
+				}
+			}
+			key := advisory.KeyOf("settings")
+			mustUnlock(t, mustLock(t)(l.Lock(ctx, key)))
+			check("a granted Lock")
+			mustUnlock(t, mustLock(t)(l.RLock(ctx, key)))
+			check("a granted RLock")
+			mustUnlock(t, mustLock(t)(l.TryLock(ctx, key)))
+			check("a TryLock")
+
+			conn := admin(t, db)
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", mustInt64(key)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := short.Lock(ctx, key); !errors.Is(err, advisory.ErrTimeout) {
+				t.Fatalf("Lock of a key held elsewhere: %v, want ErrTimeout", err)
+			}
+			check("a timed-out Lock")
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", mustInt64(key)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	t.Run("short session defaults", func(t *testing.T) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		db.Exec("ALTER DATABASE " + db.Name + " SET lock_timeout = '50ms'")
+		db.Exec("ALTER DATABASE " + db.Name + " SET statement_timeout = '50ms'")
+		ctx := context.Background()
+		conn := admin(t, db)
+		key := advisory.KeyOf("short defaults")
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", mustInt64(key)); err != nil {
+			t.Fatal(err)
+		}
+		for _, bc := range backends {
+			l := bc.open(t, db, advisory.WithWaitTimeout(time.Minute))
+			got := make(chan error, 1)
+			go func() {
+				lk, err := l.Lock(ctx, key)
+				if err == nil {
+					err = lk.Unlock(ctx)
+				}
+				got <- err
+			}()
+			waitUntil(t, "the waiter queues", func() bool { return waiting(t, conn, key) == 1 })
+			// Well past both session defaults: the wait is governed by the
+			// wait timeout alone.
+			time.Sleep(300 * time.Millisecond)
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", mustInt64(key)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("%s: Lock on a session with lock_timeout and statement_timeout of 50ms: %v", bc.name, err)
+			}
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", mustInt64(key)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func mustInt64(k advisory.Key) int64 {
+	n, ok := k.Int64()
+	if !ok {
+		panic("not a bigint key")
+	}
+	return n
+}
+
+// TestDeadlock: a waiter the server picks as a deadlock victim gets
+// ErrDeadlock, distinct from a timeout and from busy. Advisory locks of
+// this package hold one key per connection, so to close a cycle the test
+// leaks a lock onto the only pooled connection first.
+func TestDeadlock(t *testing.T) {
+	setups := map[string]func(t *testing.T, db *pgtest.DB) (*advisory.Locker, func(string)){
+		"sql-pgx": func(t *testing.T, db *pgtest.DB) (*advisory.Locker, func(string)) {
+			sdb := db.OpenSQL()
+			sdb.SetMaxOpenConns(1)
+			return advisory.New(sdb, advisory.WithWaitTimeout(time.Minute)), func(q string) {
+				if _, err := sdb.Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		"pgxpool": func(t *testing.T, db *pgtest.DB) (*advisory.Locker, func(string)) {
+			p := pgxPoolWith(t, db, 1)
+			return advisory.NewPool(p, advisory.WithWaitTimeout(time.Minute)), func(q string) {
+				if _, err := p.Exec(context.Background(), q); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+	}
+	for name, setup := range setups {
+		t.Run(name, func(t *testing.T) {
+			leakCheck(t)
+			db := pgtest.New(t)
+			ctx := context.Background()
+			l, exec := setup(t, db)
+			if err := l.Verify(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a, b := advisory.KeyInt(1001), advisory.KeyInt(1002)
+			exec("SELECT pg_advisory_lock(1001)") // leaked onto the pooled connection on purpose
+			exec("SET deadlock_timeout = '300ms'")
+			other := admin(t, db)
+			if _, err := other.Exec(ctx, "SET deadlock_timeout = '20s'"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Exec(ctx, "SELECT pg_advisory_lock(1002)"); err != nil {
+				t.Fatal(err)
+			}
+			res := make(chan error, 1)
+			go func() {
+				_, err := l.Lock(ctx, b) // runs on the connection holding a
+				res <- err
+			}()
+			conn := admin(t, db)
+			waitUntil(t, "the Locker waits for b", func() bool { return waiting(t, conn, b) == 1 })
+			otherDone := make(chan error, 1)
+			go func() {
+				_, err := other.Exec(ctx, "SELECT pg_advisory_lock(1001)") // closes the cycle
+				otherDone <- err
+			}()
+			err := <-res
+			if !errors.Is(err, advisory.ErrDeadlock) || errors.Is(err, advisory.ErrTimeout) ||
+				errors.Is(err, advisory.ErrNotAcquired) {
+				t.Fatalf("Lock in a deadlock cycle: %v, want ErrDeadlock", err)
+			}
+			// The failed wait swept the connection (a lock granted at the
+			// last moment must not stay): the leaked lock went with it, so
+			// the other session gets a.
+			if err := <-otherDone; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+				t.Fatal(err)
+			}
+			waitNoLocks(t, conn)
+			_ = a
+		})
+	}
+}
+
+func TestReLock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		l := bc.open(t, db, advisory.WithWaitTimeout(time.Minute))
+		key, other := advisory.KeyOf("relock"), advisory.KeyOf("relock-other")
+		ran := false
+		err := l.Do(ctx, key, func(ctx context.Context) error {
+			ran = true
+			for name, f := range map[string]func(context.Context, advisory.Key) (*advisory.Lock, error){
+				"Lock": l.Lock, "TryLock": l.TryLock, "RLock": l.RLock, "TryRLock": l.TryRLock,
+			} {
+				// (A wait would end in ErrTimeout after a minute.)
+				if _, err := f(ctx, key); !errors.Is(err, advisory.ErrAlreadyHeld) {
+					t.Errorf("%s of the key Do holds, with Do's context: %v, want ErrAlreadyHeld", name, err)
+				}
+			}
+			if err := l.Do(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, advisory.ErrAlreadyHeld) {
+				t.Errorf("nested Do of the same key: %v, want ErrAlreadyHeld", err)
+			}
+			// Another key nests fine, and so does the same key from
+			// another Locker (a separate holder: it is busy).
+			if err := l.Do(ctx, other, func(context.Context) error { return nil }); err != nil {
+				t.Errorf("nested Do of another key: %v", err)
+			}
+			if _, err := bc.open(t, db).TryLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
+				t.Errorf("TryLock from another Locker: %v, want ErrNotAcquired", err)
+			}
+			return nil
+		})
+		if err != nil || !ran {
+			t.Fatalf("Do: %v (ran %v)", err, ran)
+		}
+		// Shared holds are not re-entrant either: a shared re-request can
+		// queue behind a waiting writer, which waits for the first hold.
+		err = l.DoShared(ctx, key, func(ctx context.Context) error {
+			if _, err := l.RLock(ctx, key); !errors.Is(err, advisory.ErrAlreadyHeld) {
+				t.Errorf("RLock inside DoShared: %v, want ErrAlreadyHeld", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Lock.Context carries a hold too, and stops carrying it after
+		// Unlock.
+		lk := mustLock(t)(l.Lock(ctx, key))
+		hctx, cancel := lk.Context(ctx)
+		if _, err := l.TryLock(hctx, key); !errors.Is(err, advisory.ErrAlreadyHeld) {
+			t.Fatalf("TryLock with the hold's context: %v, want ErrAlreadyHeld", err)
+		}
+		// Without the hold's context, a second request is another holder
+		// asking: it waits, and the wait is bounded.
+		short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancelShort()
+		if _, err := l.Lock(short, key); !errors.Is(err, advisory.ErrTimeout) {
+			t.Fatalf("second Lock of a held key without the hold's context: %v, want ErrTimeout", err)
+		}
+		mustUnlock(t, lk)
+		lk2 := mustLock(t)(l.TryLock(hctx, key))
+		cancel()
+		mustUnlock(t, lk2)
+		waitNoLocks(t, admin(t, db))
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	leakCheck(t)
+	ctx := context.Background()
+	db := pgtest.New(t)
+	sdb := db.OpenSQL()
+	l := advisory.New(sdb)
+	for _, k := range []advisory.Key{{}, advisory.KeyOf(""), advisory.KeyText("")} {
+		for name, f := range map[string]func(context.Context, advisory.Key) (*advisory.Lock, error){
+			"Lock": l.Lock, "TryLock": l.TryLock, "RLock": l.RLock, "TryRLock": l.TryRLock,
+		} {
+			if _, err := f(ctx, k); !errors.Is(err, advisory.ErrInvalidKey) {
+				t.Errorf("%s(%v): %v, want ErrInvalidKey", name, k, err)
+			}
+		}
+		if err := l.Do(ctx, k, func(context.Context) error { return nil }); !errors.Is(err, advisory.ErrInvalidKey) {
+			t.Errorf("Do(%v): %v, want ErrInvalidKey", k, err)
+		}
+	}
+	if err := l.Do(ctx, advisory.KeyInt(1), nil); !errors.Is(err, advisory.ErrNilFunc) {
+		t.Errorf("Do with a nil function: %v, want ErrNilFunc", err)
+	}
+	if n := sdb.Stats().OpenConnections; n != 0 {
+		t.Errorf("bad input opened %d connections; it must change nothing", n)
+	}
+
+	for name, l := range map[string]*advisory.Locker{
+		"New(nil)":     advisory.New(nil),
+		"NewPool(nil)": advisory.NewPool(nil),
+	} {
+		if _, err := l.Lock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrNilHandle) {
+			t.Errorf("%s: Lock: %v, want ErrNilHandle", name, err)
+		}
+		if err := l.Do(ctx, advisory.KeyInt(1), func(context.Context) error { return nil }); !errors.Is(err, advisory.ErrNilHandle) {
+			t.Errorf("%s: Do: %v, want ErrNilHandle", name, err)
+		}
+		if err := l.Verify(ctx); !errors.Is(err, advisory.ErrNilHandle) {
+			t.Errorf("%s: Verify: %v, want ErrNilHandle", name, err)
+		}
+	}
+	for name, opt := range map[string]advisory.Option{
+		"WithWaitTimeout(0)":    advisory.WithWaitTimeout(0),
+		"WithWaitTimeout(-1)":   advisory.WithWaitTimeout(-1),
+		"WithKeepalive(0)":      advisory.WithKeepalive(0),
+		"WithUnlockTimeout(-1)": advisory.WithUnlockTimeout(-time.Second),
+	} {
+		l := advisory.New(sdb, opt)
+		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrInvalidOption) {
+			t.Errorf("%s: TryLock: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	// Nil observer and logger mean the defaults.
+	l2 := advisory.New(sdb, advisory.WithObserver(nil), advisory.WithLogger(nil))
+	mustUnlock(t, mustLock(t)(l2.TryLock(ctx, advisory.KeyInt(1))))
+	var nilLock *advisory.Lock
+	if err := nilLock.Unlock(ctx); !errors.Is(err, advisory.ErrNotHeld) {
+		t.Errorf("Unlock of a nil *Lock: %v, want ErrNotHeld", err)
+	}
+	// A context that is already done: nothing is attempted.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l2.Lock(done, advisory.KeyInt(2)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Lock with a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// TestKeySpaces: each key form takes the lock SQL would take for it, and
+// pg_locks shows it where Key.Locktag says.
+func TestKeySpaces(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	l := advisory.NewPool(db.OpenPool(nil))
+	conn := admin(t, db)
+	for _, tc := range []struct {
+		key   advisory.Key
+		probe string // SQL trying the same lock from another session
+	}{
+		{advisory.KeyOf("payment:order-123"), "SELECT pg_try_advisory_lock(hashtextextended('payment:order-123', 0))"},
+		{advisory.KeyText("payment:order-123"), "SELECT pg_try_advisory_lock(hashtext('payment:order-123'))"},
+		{advisory.KeyInt(-7), "SELECT pg_try_advisory_lock(-7)"},
+		{advisory.KeyPair(-3, 9), "SELECT pg_try_advisory_lock(-3, 9)"},
+	} {
+		lk := mustLock(t)(l.Lock(ctx, tc.key))
+		var got bool
+		if err := conn.QueryRow(ctx, tc.probe).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got {
+			t.Errorf("%v held, yet %s succeeded", tc.key, tc.probe)
+		}
+		if pids := holderPIDs(t, conn, tc.key); len(pids) != 1 {
+			t.Errorf("%v: pg_locks shows %d holders at its locktag", tc.key, len(pids))
+		}
+		mustUnlock(t, lk)
+		if err := conn.QueryRow(ctx, tc.probe).Scan(&got); err != nil || !got {
+			t.Fatalf("%v released, yet %s: %v %v", tc.key, tc.probe, got, err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The two key spaces are separate locks.
+	a := mustLock(t)(l.Lock(ctx, advisory.KeyInt(1)))
+	b := mustLock(t)(l.TryLock(ctx, advisory.KeyPair(0, 1)))
+	mustUnlock(t, a)
+	mustUnlock(t, b)
+}
+
+func TestShared(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		l := bc.open(t, db, advisory.WithWaitTimeout(time.Minute))
+		conn := admin(t, db)
+		key := advisory.KeyOf("shared")
+		const readers = 10
+		var holding atomic.Int32
+		var writerSawReaders atomic.Int32
+		writerSawReaders.Store(-1)
+		all := make(chan struct{})
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		letGo := func() { releaseOnce.Do(func() { close(release) }) }
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer letGo() // on failure too, so that the readers unlock and the pools can close
+		for i := 0; i < readers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lk, err := l.RLock(ctx, key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if holding.Add(1) == readers {
+					close(all)
+				}
+				<-release
+				holding.Add(-1)
+				if err := lk.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		select {
+		case <-all: // all readers hold it at the same time
+		case <-time.After(time.Minute):
+			t.Fatal("readers did not all hold the shared lock at once")
+		}
+		if pids := holderPIDs(t, conn, key); len(pids) != readers {
+			t.Fatalf("pg_locks shows %d holders, want %d readers", len(pids), readers)
+		}
+		if _, err := l.TryLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
+			t.Fatalf("TryLock while readers hold: %v, want ErrNotAcquired", err)
+		}
+		if _, err := bc.open(t, db, advisory.WithWaitTimeout(200*time.Millisecond)).Lock(ctx, key); !errors.Is(err, advisory.ErrTimeout) {
+			t.Fatalf("Lock while readers hold: %v, want ErrTimeout", err)
+		}
+		lk2 := mustLock(t)(l.TryRLock(ctx, key))
+		mustUnlock(t, lk2)
+		writer := make(chan *advisory.Lock, 1)
+		go func() {
+			lk, err := l.Lock(ctx, key)
+			if err != nil {
+				t.Error(err)
+			}
+			writerSawReaders.Store(holding.Load())
+			writer <- lk
+		}()
+		waitUntil(t, "the writer queues", func() bool { return waiting(t, conn, key) == 1 })
+		// A waiting writer blocks new readers (no writer starvation).
+		if _, err := l.TryRLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
+			t.Fatalf("TryRLock with a writer queued: %v, want ErrNotAcquired", err)
+		}
+		letGo()
+		wg.Wait()
+		wl := <-writer
+		if n := writerSawReaders.Load(); n != 0 {
+			t.Fatalf("writer got the lock while %d readers held it", n)
+		}
+		if _, err := l.TryRLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
+			t.Fatalf("TryRLock while the writer holds: %v, want ErrNotAcquired", err)
+		}
+		mustUnlock(t, wl)
+		waitNoLocks(t, conn)
+	})
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []observe.Event
+}
+
+func (r *recorder) Observe(_ context.Context, e observe.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) outcomes() map[observe.Outcome]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[observe.Outcome]int{}
+	for _, e := range r.events {
+		m[e.Outcome]++
+	}
+	return m
+}
+
+func TestObserver(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var rec recorder
+	l := advisory.NewPool(db.OpenPool(nil), advisory.WithObserver(&rec))
+	other := advisory.NewPool(db.OpenPool(nil))
+	key := advisory.KeyInt(5)
+	mustUnlock(t, mustLock(t)(l.Lock(ctx, key)))
+	lk := mustLock(t)(other.Lock(ctx, key))
+	l.TryLock(ctx, key)
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	l.Lock(short, key)
+	cancelShort()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	l.Lock(cctx, key)
+	mustUnlock(t, lk)
+	got := rec.outcomes()
+	want := map[observe.Outcome]int{observe.Acquired: 1, observe.Released: 1, observe.Busy: 1,
+		observe.Timeout: 1, observe.Canceled: 1}
+	for o, n := range want {
+		if got[o] != n {
+			t.Errorf("%v events: %d, want %d (all: %v)", o, got[o], n, got)
+		}
+	}
+	for _, e := range rec.events {
+		if e.Source != "advisory" || e.Key != 5 {
+			t.Errorf("event %+v: want source advisory, key 5", e)
+		}
+		if e.Kind == observe.LockRelease && e.Hold <= 0 {
+			t.Errorf("release event without hold time: %+v", e)
+		}
+	}
+}
+
+type panicky struct{}
+
+func (panicky) Observe(_ context.Context, e observe.Event) {
+	if e.Outcome == observe.Acquired {
+		panic("observer panics after the grant")
+	}
+}
+
+// TestPanics: a panic between grant and hand-over, or inside Do's function,
+// leaves no lock behind.
+func TestPanics(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		conn := admin(t, db)
+		key := advisory.KeyOf("panic")
+		l := bc.open(t, db, advisory.WithObserver(panicky{}))
+		for _, f := range []func(context.Context, advisory.Key) (*advisory.Lock, error){l.Lock, l.TryLock} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Fatal("the observer's panic did not propagate")
+					}
+				}()
+				f(ctx, key)
+			}()
+			waitNoLocks(t, conn)
+		}
+		l2 := bc.open(t, db)
+		func() {
+			defer func() {
+				if r := recover(); r != "inside Do" {
+					t.Fatalf("recovered %v, want the function's panic", r)
+				}
+			}()
+			l2.Do(ctx, key, func(context.Context) error { panic("inside Do") })
+		}()
+		if n := advisoryLocks(t, conn); n != 0 {
+			t.Fatalf("%d advisory locks left after a panic in Do", n)
+		}
+		mustUnlock(t, mustLock(t)(l2.TryLock(ctx, key)))
+	})
+}

@@ -1,0 +1,491 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sqlock/sqlock/observe"
+)
+
+// Defaults.
+const (
+	DefaultWaitTimeout   = 5 * time.Second
+	DefaultKeepalive     = 2 * time.Second
+	DefaultUnlockTimeout = 3 * time.Second
+)
+
+// lockTimeoutGrace is how long after the wait bound the client stops
+// waiting for the server's answer itself (a server that does not answer at
+// all, such as behind a network partition).
+const lockTimeoutGrace = time.Second
+
+// Locker takes session-level advisory locks on one database. It is safe for
+// concurrent use; make one per pool and share it.
+type Locker struct {
+	b   backend
+	cfg config
+	err error // from New: nil handle or invalid option
+
+	verified atomic.Bool
+	probeSem chan struct{} // one probe at a time; guards probeErr
+	probeErr error         // a definitive refusal (ErrUnsupported)
+}
+
+type config struct {
+	wait          time.Duration
+	keepalive     time.Duration
+	unlockTimeout time.Duration
+	obs           observe.Observer
+	log           *slog.Logger
+}
+
+// Option configures a Locker.
+type Option func(*config) error
+
+// WithWaitTimeout bounds every acquisition: the wait for a pooled
+// connection and for the lock together (default DefaultWaitTimeout). A
+// context deadline that comes earlier wins. It must be positive: no wait is
+// unbounded.
+func WithWaitTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: wait timeout %v must be positive", ErrInvalidOption, d)
+		}
+		c.wait = d
+		return nil
+	}
+}
+
+// WithKeepalive sets how often a held lock's connection is checked (one
+// round trip, SELECT pg_backend_pid(); default DefaultKeepalive). A lock
+// whose connection failed visibly — reset, closed, its backend terminated,
+// the server shut down — is reported through Lost at the next check, within
+// one interval. A connection that silently stops answering is reported when
+// a check has waited max(interval, 1s) for an answer. It must be positive.
+func WithKeepalive(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: keepalive interval %v must be positive", ErrInvalidOption, d)
+		}
+		c.keepalive = d
+		return nil
+	}
+}
+
+// WithUnlockTimeout bounds an unlock (default DefaultUnlockTimeout). An
+// unlock runs on a context detached from the caller's cancellation, with
+// this deadline of its own; if it cannot be confirmed in time the
+// connection is closed, which releases the lock.
+func WithUnlockTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: unlock timeout %v must be positive", ErrInvalidOption, d)
+		}
+		c.unlockTimeout = d
+		return nil
+	}
+}
+
+// WithObserver reports acquisitions (with outcome and wait time) and
+// releases (released or lost, with hold time) to o. The default does
+// nothing.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) error {
+		c.obs = observe.OrNop(o)
+		return nil
+	}
+}
+
+// WithLogger logs what a caller may not see otherwise: connections closed
+// because their state was in doubt, lost locks, a refused server. The
+// default logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// New returns a Locker on a database/sql pool with any PostgreSQL driver
+// (pgx's stdlib, lib/pq). Each held lock takes one connection out of the
+// pool for as long as it is held, so size the pool for the locks held at
+// once plus the other work.
+//
+// New does not fail: a nil db or an invalid option is reported, as an
+// error matching ErrNilHandle or ErrInvalidOption, by every method.
+func New(db *sql.DB, opts ...Option) *Locker {
+	var b backend
+	if db != nil {
+		b = sqlBackend{db}
+	}
+	return newLocker(b, opts)
+}
+
+// NewPool is New for a pgx pool.
+func NewPool(pool *pgxpool.Pool, opts ...Option) *Locker {
+	var b backend
+	if pool != nil {
+		b = pgxBackend{pool}
+	}
+	return newLocker(b, opts)
+}
+
+func newLocker(b backend, opts []Option) *Locker {
+	l := &Locker{
+		b: b,
+		cfg: config{
+			wait:          DefaultWaitTimeout,
+			keepalive:     DefaultKeepalive,
+			unlockTimeout: DefaultUnlockTimeout,
+			obs:           observe.Nop{},
+			log:           slog.New(slog.DiscardHandler),
+		},
+		probeSem: make(chan struct{}, 1),
+	}
+	if b == nil {
+		l.err = &Error{Op: "new", Err: ErrNilHandle}
+		return l
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&l.cfg); err != nil {
+			l.err = &Error{Op: "new", Cause: err}
+			return l
+		}
+	}
+	return l
+}
+
+// Verify checks the Locker's configuration and the server once: real
+// PostgreSQL whose hashtext and hashtextextended agree with package hash,
+// and a connection that keeps one server session (not PgBouncer in
+// transaction mode). The first acquisition does the same; call Verify to
+// fail fast at start-up. A refusal (ErrUnsupported) is remembered; a
+// failure to connect is not.
+func (l *Locker) Verify(ctx context.Context) error {
+	if l.err != nil {
+		return l.err
+	}
+	if err := l.verify(ctx); err != nil {
+		return l.wrapVerify("verify", Key{}, ctx, err)
+	}
+	return nil
+}
+
+// Lock takes the exclusive lock on key, waiting up to the wait timeout or
+// until ctx ends. The wait happens inside PostgreSQL, in its fair queue and
+// visible to its deadlock detector. Errors: ErrTimeout (the wait ran out),
+// ErrDeadlock, a context error, ErrAlreadyHeld, ErrUnavailable,
+// ErrUnsupported, ErrInvalidKey.
+//
+// A nil error means the lock is held and must be released with Unlock. If
+// ctx ends just as the lock is granted, Lock releases it and returns the
+// context's error.
+func (l *Locker) Lock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, "lock", key, false, false)
+}
+
+// TryLock takes the exclusive lock on key if no other session holds it,
+// without waiting for it; ErrNotAcquired if one does.
+func (l *Locker) TryLock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, "trylock", key, false, true)
+}
+
+// RLock takes key's lock in shared mode (pg_advisory_lock_shared): any
+// number of shared holders at once, none while an exclusive holder holds it.
+// A shared request queues behind a waiting exclusive one, so writers are not
+// starved.
+func (l *Locker) RLock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, "rlock", key, true, false)
+}
+
+// TryRLock is the try-once form of RLock.
+func (l *Locker) TryRLock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, "tryrlock", key, true, true)
+}
+
+// Do runs fn while holding key's exclusive lock, then unlocks. fn's context
+// ends when ctx does or when the lock is lost; then context.Cause of it
+// matches ErrLost. Do returns fn's error, joined with the unlock's error
+// when that fails too (after a loss it matches ErrLost). If fn panics, the
+// lock is released and the panic goes on.
+//
+// Inside fn, taking the same key again from this Locker with fn's context
+// returns ErrAlreadyHeld at once.
+func (l *Locker) Do(ctx context.Context, key Key, fn func(ctx context.Context) error) error {
+	return l.do(ctx, "lock", key, false, fn)
+}
+
+// DoShared is Do with the lock in shared mode.
+func (l *Locker) DoShared(ctx context.Context, key Key, fn func(ctx context.Context) error) error {
+	return l.do(ctx, "rlock", key, true, fn)
+}
+
+func (l *Locker) do(ctx context.Context, op string, key Key, shared bool, fn func(context.Context) error) error {
+	if fn == nil {
+		return &Error{Op: "do", Key: key, Err: ErrNilFunc}
+	}
+	lk, err := l.acquire(ctx, op, key, shared, false)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := lk.Context(ctx)
+	defer cancel()
+	returned := false
+	defer func() {
+		if !returned { // fn panicked: fn never touches the connection, so a normal unlock is sound
+			lk.Unlock(ctx)
+		}
+	}()
+	ferr := fn(fctx)
+	returned = true
+	uerr := lk.Unlock(ctx)
+	switch {
+	case uerr == nil:
+		return ferr
+	case ferr == nil:
+		return uerr
+	}
+	return errors.Join(ferr, uerr)
+}
+
+func (l *Locker) emit(ctx context.Context, e observe.Event) {
+	e.Source = "advisory"
+	l.cfg.obs.Observe(ctx, e)
+}
+
+// outcome classifies an acquisition error for observers.
+func outcome(err error) observe.Outcome {
+	switch {
+	case errors.Is(err, ErrTimeout):
+		return observe.Timeout
+	case errors.Is(err, ErrDeadlock):
+		return observe.Deadlock
+	case errors.Is(err, ErrNotAcquired):
+		return observe.Busy
+	case errors.Is(err, context.Canceled):
+		return observe.Canceled
+	}
+	return observe.Failed
+}
+
+// wrapVerify turns a probe or connection failure into an *Error.
+func (l *Locker) wrapVerify(op string, key Key, ctx context.Context, err error) error {
+	var e *Error
+	switch {
+	case errors.As(err, &e) && e.Err != nil:
+		return &Error{Op: op, Key: key, Err: e.Err, Cause: e.Cause}
+	case ctx.Err() != nil:
+		return ctxError(op, key, ctx)
+	}
+	return &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
+}
+
+func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bool) (_ *Lock, err error) {
+	start := time.Now()
+	if l.err != nil {
+		return nil, l.err
+	}
+	if !key.Valid() {
+		return nil, &Error{Op: op, Key: key, Err: ErrInvalidKey}
+	}
+	if heldIn(ctx, l, key) {
+		return nil, &Error{Op: op, Key: key, Err: ErrAlreadyHeld}
+	}
+	var sess session // set while this call owns a connection; destroyed on any unforeseen exit (panic)
+	defer func() {
+		if sess != nil {
+			sess.destroy()
+		}
+		if err != nil {
+			l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Shared: shared,
+				Outcome: outcome(err), Wait: time.Since(start), Err: err})
+		}
+	}()
+	if ctx.Err() != nil {
+		return nil, ctxError(op, key, ctx)
+	}
+	// The wait bound covers the pooled connection, the first-use probe and
+	// the lock itself.
+	waitEnd := start.Add(l.cfg.wait)
+	ctxBound := false // the caller's deadline, not ours, bounds the wait
+	if d, ok := ctx.Deadline(); ok && !d.After(waitEnd) {
+		waitEnd, ctxBound = d, true
+	}
+	wctx, cancel := context.WithDeadline(ctx, waitEnd)
+	defer cancel()
+	// waitedOut reports whether the wait bound has passed (a timer of the
+	// driver's can fire just before the context's own).
+	waitedOut := func() bool { return wctx.Err() != nil || !time.Now().Before(waitEnd) }
+	// timeout is the error for a wait that ran out.
+	timeout := func(cause error) *Error {
+		if ctx.Err() != nil {
+			return ctxError(op, key, ctx)
+		}
+		if ctxBound && !errors.Is(cause, context.DeadlineExceeded) {
+			if cause == nil {
+				cause = context.DeadlineExceeded
+			} else {
+				cause = fmt.Errorf("%w: %w", context.DeadlineExceeded, cause)
+			}
+		}
+		return &Error{Op: op, Key: key, Err: ErrTimeout, Cause: cause}
+	}
+	if err := l.verify(wctx); err != nil {
+		if waitedOut() {
+			return nil, timeout(err)
+		}
+		return nil, l.wrapVerify(op, key, ctx, err)
+	}
+	s, err := l.b.conn(wctx)
+	if err != nil {
+		if waitedOut() {
+			return nil, timeout(err)
+		}
+		return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
+	}
+	sess = s
+
+	var granted bool
+	var stmtCtx context.Context = wctx
+	if try {
+		err = sess.queryRow(wctx, tryLockSQL[b2i(shared)][b2i(key.IsPair())], keyArgs(key), &granted)
+	} else {
+		remaining := time.Until(waitEnd)
+		if ctxBound {
+			// Let the server's lock_timeout end the wait a little before
+			// the caller's deadline does: a 55P03 keeps the connection,
+			// a cancelled statement costs it.
+			remaining -= min(remaining/10, 50*time.Millisecond)
+		}
+		if remaining < time.Millisecond { // lock_timeout counts milliseconds, and 0 would mean forever
+			sess.release()
+			sess = nil
+			return nil, timeout(nil)
+		}
+		ms := int64((remaining + time.Millisecond - 1) / time.Millisecond)
+		sctx, scancel := context.WithDeadline(ctx, waitEnd.Add(lockTimeoutGrace))
+		defer scancel()
+		stmtCtx = sctx
+		err = sess.exec(sctx, blockingLockSQL(key, shared, ms))
+		granted = err == nil
+	}
+
+	if err != nil {
+		code := sqlState(err)
+		// A server error with the caller still waiting for us leaves the
+		// connection usable; but the lock may have been granted just as
+		// the timeout fired (the 55P03 race), so the session is swept
+		// before it goes back to the pool. It holds nothing else of ours:
+		// one lock per connection. Anything else (a context ended mid-call,
+		// the network) leaves the outcome unknown: the connection is
+		// destroyed, which ends the session and any lock in it.
+		if code != "" && !connectionTrouble(err) && stmtCtx.Err() == nil {
+			l.sweep(ctx, sess)
+		} else {
+			sess.destroy()
+		}
+		sess = nil
+		switch {
+		case code == "55P03":
+			return nil, timeout(err)
+		case code == "40P01":
+			return nil, &Error{Op: op, Key: key, Err: ErrDeadlock, Cause: err}
+		case ctx.Err() != nil:
+			return nil, ctxError(op, key, ctx)
+		case stmtCtx.Err() != nil || waitedOut() && !connectionTrouble(err):
+			return nil, timeout(err)
+		case connectionTrouble(err):
+			return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
+		}
+		return nil, &Error{Op: op, Key: key, Cause: err}
+	}
+	if !granted {
+		sess.release()
+		sess = nil
+		return nil, &Error{Op: op, Key: key, Err: ErrNotAcquired}
+	}
+	if ctx.Err() != nil {
+		// Granted, but the caller has gone: release it rather than hand
+		// over a lock nobody waits for.
+		l.release(ctx, sess, key, shared)
+		sess = nil
+		return nil, ctxError(op, key, ctx)
+	}
+	lk := newLock(l, key, shared, sess, time.Now())
+	// Report before handing over: should the observer panic, the deferred
+	// destroy still ends the session.
+	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Shared: shared,
+		Outcome: observe.Acquired, Wait: lk.acquired.Sub(start)})
+	sess = nil
+	lk.start()
+	return lk, nil
+}
+
+// sweep releases every session-level advisory lock of sess and returns it
+// to the pool, or destroys it if that fails.
+func (l *Locker) sweep(ctx context.Context, sess session) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.unlockTimeout)
+	defer cancel()
+	if err := sess.exec(uctx, unlockAllSQL); err != nil {
+		l.cfg.log.Warn("advisory: connection closed: sweep after a failed lock failed", "error", err)
+		sess.destroy()
+		return
+	}
+	sess.release()
+}
+
+// release unlocks key on sess and returns it to the pool, or destroys it
+// when the unlock is not confirmed.
+func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.unlockTimeout)
+	defer cancel()
+	var ok bool
+	done := false
+	defer func() {
+		if !done {
+			sess.destroy()
+		}
+	}()
+	err := sess.queryRow(uctx, unlockSQL[b2i(shared)][b2i(key.IsPair())], keyArgs(key), &ok)
+	done = true
+	if err == nil && ok {
+		sess.release()
+		return nil
+	}
+	sess.destroy()
+	if err == nil {
+		err = errors.New("pg_advisory_unlock returned false: the session did not hold the lock")
+	}
+	l.cfg.log.Warn("advisory: connection closed: unlock not confirmed", "key", key.String(), "error", err)
+	return err
+}
+
+// heldNode marks a context as carrying a hold (Lock.Context).
+type heldNode struct {
+	lk     *Lock
+	parent *heldNode
+}
+
+type heldCtxKey struct{}
+
+func heldIn(ctx context.Context, l *Locker, key Key) bool {
+	n, _ := ctx.Value(heldCtxKey{}).(*heldNode)
+	for ; n != nil; n = n.parent {
+		if n.lk.l == l && n.lk.key == key && !n.lk.ended.Load() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,194 @@
+package advisory_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/lib/pq"
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"go.uber.org/goleak"
+)
+
+// childEnv makes the test binary a worker process of
+// TestExclusionAcrossProcesses instead of running tests.
+const childEnv = "ADVISORY_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(exclusionChild())
+	}
+	// The examples connect to DATABASE_URL, as a program would; make sure
+	// it names a server.
+	if os.Getenv(pgtest.EnvDSN) == "" {
+		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
+		code := m.Run()
+		c.Close()
+		os.Exit(code)
+	}
+	pgtest.Main(m)
+}
+
+// backends are the two handle types a Locker runs on, plus lib/pq for the
+// database/sql path with another driver.
+type backendCase struct {
+	name string
+	// open returns a Locker on a fresh pool of db (closed at cleanup).
+	open func(t testing.TB, db *pgtest.DB, opts ...advisory.Option) *advisory.Locker
+}
+
+var backends = []backendCase{
+	{"sql-pgx", func(t testing.TB, db *pgtest.DB, opts ...advisory.Option) *advisory.Locker {
+		return advisory.New(db.OpenSQL(), opts...)
+	}},
+	{"pgxpool", func(t testing.TB, db *pgtest.DB, opts ...advisory.Option) *advisory.Locker {
+		// One connection per held or waiting lock: pgxpool's default
+		// (4 on small machines) is too few for these tests.
+		return advisory.NewPool(pgxPoolWith(t, db, 32), opts...)
+	}},
+	{"sql-libpq", func(t testing.TB, db *pgtest.DB, opts ...advisory.Option) *advisory.Locker {
+		return advisory.New(openLibPQ(t, db.DSN), opts...)
+	}},
+}
+
+func openLibPQ(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func forEachBackend(t *testing.T, f func(t *testing.T, bc backendCase)) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) { f(t, bc) })
+	}
+}
+
+// admin is a plain connection for inspecting the server, closed at cleanup.
+func admin(t testing.TB, db *pgtest.DB) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// advisoryLocks counts advisory locks (granted or awaited) in db's
+// database; advisory locks are per database.
+const advisoryLocksSQL = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+func advisoryLocks(t testing.TB, conn *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), advisoryLocksSQL).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitNoLocks waits until db's database holds no advisory lock. Sessions of
+// destroyed connections end asynchronously on the server, so this polls,
+// with a generous bound.
+func waitNoLocks(t testing.TB, conn *pgx.Conn) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := advisoryLocks(t, conn)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			rows, _ := conn.Query(context.Background(), `SELECT pid, mode, granted, classid, objid, objsubid
+				FROM pg_locks WHERE locktype = 'advisory'
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+			var desc string
+			for rows.Next() {
+				v, _ := rows.Values()
+				desc += fmt.Sprint(v) + "\n"
+			}
+			rows.Close()
+			t.Fatalf("%d advisory locks still held 30 s later:\n%s", n, desc)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holderPIDs returns the backends holding (granted) key.
+func holderPIDs(t testing.TB, conn *pgx.Conn, key advisory.Key) []uint32 {
+	t.Helper()
+	classid, objid, objsubid := key.Locktag()
+	rows, err := conn.Query(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = $1 AND objid = $2 AND objsubid = $3 AND granted`,
+		int64(classid), int64(objid), objsubid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+// waiting reports how many sessions wait for key.
+func waiting(t testing.TB, conn *pgx.Conn, key advisory.Key) int {
+	t.Helper()
+	classid, objid, objsubid := key.Locktag()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = $1 AND objid = $2 AND objsubid = $3 AND NOT granted`,
+		int64(classid), int64(objid), objsubid).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 30 s waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leakCheck must be called first in a test: its cleanup then runs after
+// every pool and database of the test is closed, and fails the test if any
+// goroutine started since is still running (goleak retries for a while, so
+// goroutines that are on their way out are not reported).
+func leakCheck(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		if err := goleak.Find(ignore); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// pgxPoolWith opens a pgx pool on db with the given maximum size.
+func pgxPoolWith(t testing.TB, db *pgtest.DB, maxConns int32) *pgxpool.Pool {
+	return db.OpenPool(func(c *pgxpool.Config) { c.MaxConns = maxConns })
+}

@@ -1,0 +1,138 @@
+package advisory_test
+
+import (
+	"context"
+	"database/sql"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+)
+
+// turnCounter counts round trips on the connections it dialed: a round trip
+// begins with the first write after a read (or the first write at all).
+type turnCounter struct{ turns atomic.Int64 }
+
+type countedConn struct {
+	net.Conn
+	c     *turnCounter
+	wrote atomic.Bool
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	if !c.wrote.Swap(true) {
+		c.c.turns.Add(1)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	c.wrote.Store(false)
+	return c.Conn.Read(b)
+}
+
+func (tc *turnCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: conn, c: tc}, nil
+}
+
+// countedLockers returns Lockers on one-connection pools whose round trips
+// tc counts.
+func countedLockers(t *testing.T, db *pgtest.DB, tc *turnCounter, opts ...advisory.Option) map[string]*advisory.Locker {
+	pcfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 1
+	pcfg.ConnConfig.DialFunc = tc.dial
+	// Both drivers ping a pooled connection idle for over a second before
+	// handing it out. That is the drivers' policy, not this package's; it
+	// is off here so that the count cannot depend on scheduling.
+	pcfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ccfg, err := pgx.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg.DialFunc = tc.dial
+	var sdb *sql.DB = stdlib.OpenDB(*ccfg,
+		stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
+	sdb.SetMaxOpenConns(1)
+	t.Cleanup(func() { sdb.Close() })
+	return map[string]*advisory.Locker{
+		"pgxpool": advisory.NewPool(pool, opts...),
+		"sql-pgx": advisory.New(sdb, opts...),
+	}
+}
+
+// TestRoundTrips: an uncontended cycle costs two round trips — the lock and
+// the unlock; taking the pooled connection adds none. (Counting is
+// deterministic; the speed is in BenchmarkCycleRatio.)
+func TestRoundTrips(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var tc turnCounter
+	const cycles = 50
+	// The counter counts: ten statements on a plain connection are ten
+	// round trips.
+	ccfg, err := pgx.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg.DialFunc = tc.dial
+	plain, err := pgx.ConnectConfig(ctx, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tc.turns.Load()
+	for i := 0; i < 10; i++ {
+		if _, err := plain.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := tc.turns.Load() - before; n != 10 {
+		t.Fatalf("ten statements counted as %d round trips", n)
+	}
+	plain.Close(ctx)
+	for name, l := range countedLockers(t, db, &tc, advisory.WithKeepalive(time.Hour)) {
+		ops := map[string]func(context.Context, advisory.Key) (*advisory.Lock, error){
+			"TryLock": l.TryLock, "Lock": l.Lock, "TryRLock": l.TryRLock, "RLock": l.RLock,
+		}
+		// Warm up: the first-use probe, the connection, prepared statements.
+		for i := 0; i < 3; i++ {
+			for _, op := range ops {
+				mustUnlock(t, mustLock(t)(op(ctx, advisory.KeyInt(int64(i)))))
+				mustUnlock(t, mustLock(t)(op(ctx, advisory.KeyPair(int32(i), 1))))
+			}
+		}
+		for opName, op := range ops {
+			before := tc.turns.Load()
+			for i := 0; i < cycles; i++ {
+				key := advisory.KeyInt(int64(1000 + i)) // a new key each cycle
+				if i%2 == 1 {
+					key = advisory.KeyPair(int32(i), 2)
+				}
+				mustUnlock(t, mustLock(t)(op(ctx, key)))
+			}
+			got := float64(tc.turns.Load()-before) / cycles
+			if got != 2 {
+				t.Errorf("%s: %s+Unlock costs %.2f round trips, want 2", name, opName, got)
+			} else {
+				t.Logf("%s: %s+Unlock = %.0f round trips", name, opName, got)
+			}
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A backend hands out pinned connections: *sql.DB (any PostgreSQL driver)
+// or *pgxpool.Pool.
+type backend interface {
+	conn(ctx context.Context) (session, error)
+	// maxConns is the pool's connection limit, 0 for none.
+	maxConns() int
+}
+
+// A session is one pinned connection, used by one goroutine at a time.
+type session interface {
+	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+	// exec runs query without arguments, which both drivers send with the
+	// simple query protocol (so it may hold several statements).
+	exec(ctx context.Context, query string) error
+	// release returns the connection to the pool. Only after a confirmed
+	// clean state: it holds no advisory lock of ours.
+	release()
+	// destroy closes the physical connection, which ends the server
+	// session and with it every session lock it holds.
+	destroy()
+}
+
+// destroyTimeout bounds the Terminate message sent when closing a
+// connection.
+const destroyTimeout = 5 * time.Second
+
+type sqlBackend struct{ db *sql.DB }
+
+func (b sqlBackend) conn(ctx context.Context) (session, error) {
+	c, err := b.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sqlSession{c}, nil
+}
+
+func (b sqlBackend) maxConns() int { return b.db.Stats().MaxOpenConnections }
+
+type sqlSession struct{ c *sql.Conn }
+
+func (s sqlSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return s.c.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+func (s sqlSession) exec(ctx context.Context, query string) error {
+	_, err := s.c.ExecContext(ctx, query)
+	return err
+}
+
+func (s sqlSession) release() { s.c.Close() }
+
+// destroy: returning driver.ErrBadConn from Raw makes database/sql close the
+// driver connection instead of pooling it. If the Conn is already done
+// (database/sql discarded it after a driver.ErrBadConn), the physical
+// connection is already closed.
+func (s sqlSession) destroy() {
+	s.c.Raw(func(any) error { return driver.ErrBadConn })
+	s.c.Close()
+}
+
+type pgxBackend struct{ p *pgxpool.Pool }
+
+func (b pgxBackend) conn(ctx context.Context) (session, error) {
+	c, err := b.p.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgxSession{c}, nil
+}
+
+func (b pgxBackend) maxConns() int { return int(b.p.Config().MaxConns) }
+
+type pgxSession struct{ c *pgxpool.Conn }
+
+func (s pgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return s.c.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (s pgxSession) exec(ctx context.Context, query string) error {
+	_, err := s.c.Exec(ctx, query)
+	return err
+}
+
+// release: pgxpool itself destroys a connection that is closed, busy or
+// not idle outside a transaction.
+func (s pgxSession) release() { s.c.Release() }
+
+// destroy closes the connection first, so Release destroys it instead of
+// pooling it.
+func (s pgxSession) destroy() {
+	ctx, cancel := context.WithTimeout(context.Background(), destroyTimeout)
+	defer cancel()
+	s.c.Conn().Close(ctx)
+	s.c.Release()
+}
+
+// Statements. Functions are schema-qualified so that a search_path cannot
+// substitute others. Keys travel as bind parameters, except in the blocking
+// batch, which must use the simple query protocol (several statements, no
+// parameters): there the key is an integer literal formatted by
+// Key.AppendArgs.
+var (
+	tryLockSQL = [2][2]string{ // [shared][pair]
+		{"SELECT pg_catalog.pg_try_advisory_lock($1)", "SELECT pg_catalog.pg_try_advisory_lock($1, $2)"},
+		{"SELECT pg_catalog.pg_try_advisory_lock_shared($1)", "SELECT pg_catalog.pg_try_advisory_lock_shared($1, $2)"},
+	}
+	unlockSQL = [2][2]string{
+		{"SELECT pg_catalog.pg_advisory_unlock($1)", "SELECT pg_catalog.pg_advisory_unlock($1, $2)"},
+		{"SELECT pg_catalog.pg_advisory_unlock_shared($1)", "SELECT pg_catalog.pg_advisory_unlock_shared($1, $2)"},
+	}
+	lockFunc = [2]string{"pg_catalog.pg_advisory_lock(", "pg_catalog.pg_advisory_lock_shared("}
+)
+
+const (
+	pingSQL      = "SELECT pg_catalog.pg_backend_pid()"
+	unlockAllSQL = "SELECT pg_catalog.pg_advisory_unlock_all()"
+)
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// keyArgs is the bind-parameter form of k.
+func keyArgs(k Key) []any {
+	if a, b, ok := k.Pair(); ok {
+		return []any{a, b}
+	}
+	n, _ := k.Int64()
+	return []any{n}
+}
+
+// blockingLockSQL is one simple-protocol batch, which PostgreSQL runs as
+// one implicit transaction: SET LOCAL scopes both timeouts to it, so they
+// revert when it ends, whether the lock was granted or not, and the
+// session's own settings are untouched. A session-level advisory lock
+// taken inside a transaction stays held after it commits. statement_timeout
+// is lifted so that only lock_timeout (the wait bound) governs the wait.
+func blockingLockSQL(k Key, shared bool, timeoutMS int64) string {
+	b := make([]byte, 0, 128)
+	b = append(b, "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = "...)
+	b = strconv.AppendInt(b, timeoutMS, 10)
+	b = append(b, "; SELECT "...)
+	b = append(b, lockFunc[b2i(shared)]...)
+	b = k.AppendArgs(b)
+	b = append(b, ')')
+	return string(b)
+}
