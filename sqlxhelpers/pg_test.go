@@ -176,6 +176,14 @@ func TestNamedExecGuarded(t *testing.T) {
 		if got := load(t, db, 1); got != a || a.Version != 1 {
 			t.Errorf("row %+v struct %+v", got, a)
 		}
+		// RETURNING runs; Exec discards the rows and counts them.
+		a.Balance = 60
+		if err := h.NamedExec(ctx, `UPDATE accounts SET balance = :balance WHERE id = :id RETURNING balance, version`, &a); err != nil {
+			t.Fatal(err)
+		}
+		if got := load(t, db, 1); got != a || a.Version != 2 {
+			t.Errorf("RETURNING: row %+v struct %+v", got, a)
+		}
 		b.Balance = 0
 		if err := h.NamedExec(ctx, payByID, &b); !errors.Is(err, versioned.ErrStale) {
 			t.Fatalf("stale named update: %v", err)
