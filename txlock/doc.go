@@ -2,4 +2,122 @@
 // pg_advisory_xact_lock on one or more keys from before its first statement
 // until COMMIT or ROLLBACK, so the lock can never leak, and retries the whole
 // transaction on the errors that deserve it.
+//
+//	err := txlock.Do(ctx, db, advisory.KeyOf("booking:seat-42"), func(ctx context.Context, tx *sql.Tx) error {
+//		// only one transaction at a time gets here for this key
+//		return book(ctx, tx, 42)
+//	}, txlock.WithTimeout(2*time.Second))
+//
+// # Handles
+//
+// Do and DoKeys run on database/sql (*sql.DB, *sql.Conn, and types that
+// embed them, such as sqlx's *sqlx.DB); DoPgx and DoPgxKeys on pgx
+// (*pgxpool.Pool, *pgxpool.Conn, *pgx.Conn). Run is the engine under both,
+// generic in the transaction type handed to fn, for libraries that wrap a
+// transaction of their own (sqlxhelpers, gormplugin): they supply how to
+// begin, with SQLTx (or a three-method Tx) to drive COMMIT and ROLLBACK, and
+// get the same semantics, retries and error classification.
+//
+// # Keys
+//
+// Keys are advisory.Key values: 64-bit hashes of strings by default
+// (advisory.KeyOf), the 32-bit hashtext form for compatibility with SQL that
+// calls pg_advisory_xact_lock(hashtext(…)) (advisory.KeyText), integers or
+// int4 pairs. They reach the server as integer literals formatted by this
+// package, never as caller text. Several keys are locked one statement each
+// in one canonical order (advisory.Key.Compare), duplicates once, so
+// transactions asking for overlapping sets in any order never deadlock on
+// each other's advisory locks.
+//
+// # fn must be safe to run again
+//
+// By default the whole transaction — BEGIN, the locks, fn, COMMIT — runs
+// again (up to DefaultMaxAttempts attempts in all, with full-jitter backoff
+// waited out after ROLLBACK, never while holding the locks) when PostgreSQL
+// reports a serialization failure (40001, including at COMMIT) or a deadlock
+// (40P01). So fn may run more than once: it must re-read everything it
+// depends on inside the transaction, have no effects outside the database
+// (no e-mails, no HTTP calls, no channel sends) or make them idempotent,
+// keep no state across runs, and wrap errors with %w so the SQLSTATE stays
+// visible. WithoutRetry makes one attempt only.
+//
+// # Outcomes
+//
+//   - fn returns nil: COMMIT. If the caller's context ended meanwhile, ROLLBACK
+//     instead and the context's error.
+//   - fn returns an error: ROLLBACK, and that error is returned as it is (the
+//     same value, unless it was retried and retries ran out: then a
+//     *retry.ExhaustedError wrapping it).
+//   - fn panics (or calls runtime.Goexit): ROLLBACK, and the panic goes on.
+//   - COMMIT fails with a server error (a deferred constraint, a serialization
+//     failure): that error, never nil; 40001 is retried.
+//   - COMMIT's outcome is unknown (the connection broke, the context ended or
+//     the server ended the session while COMMIT was in flight): an
+//     *AmbiguousCommitError (errors.Is ErrAmbiguousCommit). It may have
+//     committed: it is never retried (Permanent reports true); check before
+//     doing the work again.
+//   - The wait for a lock runs out: a *LockError that errors.Is ErrTimeout and
+//     wraps the server's 55P03, fn not run. Retried only when asked
+//     (WithRetry(retry.RetryLockTimeout())).
+//   - TryOnce and a key is held elsewhere: a *LockError that errors.Is
+//     ErrNotAcquired, fn not run, never waited.
+//   - Bad input (nil handle, nil fn, no keys, an invalid key, an unknown pgx
+//     transaction mode): ErrNilDB, ErrNilFunc, ErrNoKeys,
+//     advisory.ErrInvalidKey, ErrTxOptions; nothing is sent.
+//
+// ROLLBACK after a failure runs on a context detached from the caller's
+// cancellation (bounded to a few seconds), so a connection is rolled back
+// and kept rather than closed. A lock wait that times out or a try-once that
+// finds the key held is rolled back on the spot, so a pgx pool keeps the
+// connection (it destroys one returned in the failed-transaction state). A
+// context that ends while the server is working on a statement makes the
+// driver close the connection; the server then ends the transaction, and its
+// locks, as soon as it sees the connection go.
+//
+// # Timeouts
+//
+// WithTimeout (default DefaultTimeout, 5 s) sends SET LOCAL lock_timeout with
+// the lock statements. It is transaction-scoped, so it never outlives the
+// transaction or leaks into the pooled connection, and it bounds every lock
+// wait in the transaction, fn's too: while fn waits it holds the advisory
+// lock and everyone queued on the key waits with it. WithTimeout(0) sends no
+// setting. Waiting happens inside PostgreSQL, which detects deadlocks.
+//
+// # Round trips
+//
+// The cost of the lock is round trips, so it travels with BEGIN where it can:
+//
+//	handle                                     unlocked tx   locked tx (Do/DoPgx)
+//	pgx: *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn   3            3 (BEGIN carries the locks)
+//	database/sql opened with OpenDB/WrapConnector  3            3 (BEGIN carries the locks)
+//	any other *sql.DB (pgx stdlib, lib/pq, …)      3            4 (locks right after BEGIN)
+//	other PgxDB, or a caller-set BeginQuery        3            4
+//
+// (for BEGIN, one UPDATE and COMMIT; counted on the wire by TestRoundTrips).
+// With pgx, pgx.TxOptions.BeginQuery carries
+// "BEGIN [ISOLATION LEVEL …];SET LOCAL lock_timeout = '…ms';SELECT
+// pg_advisory_xact_lock(<key>)[;…]" as one simple-protocol message, whatever
+// the options: shared, try-once, several keys. TryOnce needs
+// pg_try_advisory_xact_lock's answer in that same message, so its statement
+// turns false into an error (a cast of a marker text to int) that txlock
+// reads back as ErrNotAcquired. database/sql has no way to change BEGIN, so
+// OpenDB wraps pgx's stdlib connections to do the same; on any other handle
+// the lock statements are one more round trip. The statements are sent by
+// the simple query protocol, which pgx, pgx's stdlib and lib/pq use for
+// argument-less statements.
+//
+// # Poolers
+//
+// Transaction-level locks work through PgBouncer in transaction mode: the
+// server connection is the client's from BEGIN to COMMIT, and the lock ends
+// with the transaction (tested with the Debian package). Session locks
+// (package advisory) do not.
+//
+// # Observability
+//
+// WithObserver reports observe.LockAcquire (outcome Acquired, Busy, Timeout,
+// Deadlock, Canceled or Failed, with the wait) and observe.LockRelease
+// (Released, or Lost for an ambiguous COMMIT, with the hold time from the
+// lock to the end of COMMIT or ROLLBACK), one event per key, Source
+// "txlock", and retries (observe.Retry). The default observer does nothing.
 package txlock

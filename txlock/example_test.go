@@ -1,0 +1,201 @@
+package txlock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/txlock"
+)
+
+// Book seat 42 at most once, however many replicas try at the same moment.
+// The function re-reads the seat inside the transaction: it may run again
+// after a serialization failure or a deadlock.
+func ExampleDo() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	err = txlock.Do(ctx, db, advisory.KeyOf("booking:seat-42"), func(ctx context.Context, tx *sql.Tx) error {
+		var taken bool
+		if err := tx.QueryRowContext(ctx, "SELECT taken FROM seats WHERE id = 42").Scan(&taken); err != nil {
+			return err
+		}
+		if taken {
+			return errors.New("seat 42 is taken")
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE seats SET taken = true, customer = $1 WHERE id = 42", "c-1001")
+		return err
+	}, txlock.WithTimeout(2*time.Second))
+	switch {
+	case errors.Is(err, txlock.ErrTimeout):
+		log.Print("busy: try again later")
+	case errors.Is(err, txlock.ErrAmbiguousCommit):
+		log.Print("the booking may or may not have been saved: check before retrying")
+	case err != nil:
+		log.Print(err)
+	}
+}
+
+// With pgx, BEGIN carries the lock: the locked transaction costs the same
+// round trips as an unlocked one.
+func ExampleDoPgx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	orderID := int64(7)
+	err = txlock.DoPgx(ctx, pool, advisory.KeyPair(1, int32(orderID)), func(ctx context.Context, tx pgx.Tx) error {
+		var stock int
+		if err := tx.QueryRow(ctx, "SELECT stock FROM items WHERE id = $1", orderID).Scan(&stock); err != nil {
+			return err
+		}
+		if stock == 0 {
+			return errors.New("sold out")
+		}
+		_, err := tx.Exec(ctx, "UPDATE items SET stock = $1 WHERE id = $2", stock-1, orderID)
+		return err
+	})
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+// A transfer locks both accounts. Whatever order callers name them in, the
+// locks are taken in one canonical order, so two opposite transfers cannot
+// deadlock.
+func ExampleDoKeys() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	from, to, amount := int32(1), int32(2), 500
+	keys := []advisory.Key{advisory.KeyPair(10, from), advisory.KeyPair(10, to)}
+	err = txlock.DoKeys(ctx, db, keys, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, to)
+		return err
+	})
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+// A job that must not run twice at once, and need not wait: if another
+// replica is on it, skip.
+func ExampleTryOnce() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	err = txlock.DoPgx(ctx, pool, advisory.KeyOf("job:nightly-invoices"), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO invoices (customer, total) SELECT customer, sum(amount) FROM usage GROUP BY customer")
+		return err
+	}, txlock.TryOnce())
+	if errors.Is(err, txlock.ErrNotAcquired) {
+		fmt.Println("another replica is running the job")
+		return
+	}
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+// Open the *sql.DB with OpenDB and Do folds the lock into BEGIN, as DoPgx
+// does: 3 round trips for BEGIN, one statement and COMMIT instead of 4.
+func ExampleOpenDB() {
+	cfg, err := pgx.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	db := txlock.OpenDB(*cfg)
+	defer db.Close()
+
+	err = txlock.Do(context.Background(), db, advisory.KeyInt(42), func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 42")
+		return err
+	})
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+// Lock waits that time out are retried only when asked; here up to 10
+// attempts in all, and the observer logs the retries.
+func ExampleWithRetry() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	err = txlock.DoPgx(ctx, pool, advisory.KeyOf("report:daily"), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "REFRESH MATERIALIZED VIEW daily_report")
+		return err
+	}, txlock.WithTimeout(500*time.Millisecond),
+		txlock.WithRetry(retry.RetryLockTimeout(), retry.WithMaxAttempts(10)))
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+// Order is a transaction type of some library built on database/sql, the
+// way sqlx's *sqlx.Tx embeds *sql.Tx.
+type Order struct{ *sql.Tx }
+
+// DoOrder is all the adapter such a library needs: Run does the locks,
+// COMMIT/ROLLBACK, retries and error classification.
+func DoOrder(ctx context.Context, db *sql.DB, key advisory.Key, fn func(context.Context, Order) error, opts ...txlock.Option) error {
+	if db == nil {
+		return txlock.ErrNilDB
+	}
+	return txlock.Run(ctx, []advisory.Key{key}, func(ctx context.Context, a *txlock.Attempt) (Order, txlock.Tx, error) {
+		tx, err := db.BeginTx(ctx, a.TxOptions())
+		if err != nil {
+			return Order{}, nil, err
+		}
+		return Order{tx}, txlock.SQLTx(tx), nil
+	}, fn, opts...)
+}
+
+// Run, the engine behind Do and DoPgx, for a transaction type of one's own.
+func ExampleRun() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	err = DoOrder(ctx, db, advisory.KeyOf("order:99"), func(ctx context.Context, o Order) error {
+		_, err := o.ExecContext(ctx, "UPDATE orders SET state = 'paid' WHERE id = 99 AND state = 'open'")
+		return err
+	})
+	if err != nil {
+		log.Print(err)
+	}
+}

@@ -1,0 +1,374 @@
+package txlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/observe"
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/txlock"
+)
+
+// A wait that runs out is a typed timeout carrying the server's 55P03, fn
+// never runs, nothing stays locked, and the handle keeps its connection
+// (on pgx the failed BEGIN is rolled back explicitly; a pool would destroy
+// a connection returned in the failed-transaction state).
+func TestTimeout(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	admin := db.Pool()
+	ctx := context.Background()
+	key := advisory.KeyOf("timeout")
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			// Open (and keep) a connection first.
+			if err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			before := be.conns()
+			h := holdLocks(t, db, false, key)
+			var evs events
+			ran := false
+			err := be.do(ctx, []advisory.Key{advisory.KeyOf("free"), key}, func(context.Context, q) error { ran = true; return nil },
+				txlock.WithTimeout(50*time.Millisecond), txlock.WithObserver(&evs))
+			if !errors.Is(err, txlock.ErrTimeout) || errors.Is(err, txlock.ErrNotAcquired) {
+				t.Fatalf("got %v, want ErrTimeout", err)
+			}
+			var le *txlock.LockError
+			if !errors.As(err, &le) || le.Timeout != 50*time.Millisecond || len(le.Keys) != 2 || le.Wait < 50*time.Millisecond {
+				t.Fatalf("LockError %+v", le)
+			}
+			if code := retry.SQLState(err); code != "55P03" {
+				t.Fatalf("SQLSTATE %q, want 55P03 in the chain", code)
+			}
+			if ran {
+				t.Fatal("fn ran without the lock")
+			}
+			if n := evs.count(observe.LockAcquire, observe.Timeout); n != 2 {
+				t.Fatalf("%d timeout events, want one per key: %+v", n, evs.list())
+			}
+			if after := be.conns(); after != before {
+				t.Fatalf("connections %d → %d: the timed-out connection was not kept", before, after)
+			}
+			h.release()
+			if got := advisoryLocks(t, admin); len(got) != 0 {
+				t.Fatalf("locks left: %v", got)
+			}
+			// The kept connection works.
+			if err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Timeouts are retried only when asked: with retry.RetryLockTimeout the
+// whole transaction runs again and gets the lock once the holder is gone.
+func TestTimeoutRetriedWhenAsked(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	key := advisory.KeyOf("timeout-retry")
+	for _, be := range backends(t, db, bePgxPool, beFold) {
+		t.Run(be.name, func(t *testing.T) {
+			h := holdLocks(t, db, false, key)
+			// The observer releases the holder when the first wait times out.
+			obs := observerFunc(func(ev observe.Event) {
+				if ev.Kind == observe.LockAcquire && ev.Outcome == observe.Timeout {
+					h.release()
+				}
+			})
+			calls := 0
+			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { calls++; return nil },
+				txlock.WithTimeout(20*time.Millisecond), txlock.WithObserver(obs),
+				txlock.WithRetry(retry.RetryLockTimeout(), retry.WithBackoff(retry.Constant(0))))
+			if err != nil || calls != 1 {
+				t.Fatalf("got %v after %d calls", err, calls)
+			}
+		})
+	}
+}
+
+type observerFunc func(observe.Event)
+
+func (f observerFunc) Observe(_ context.Context, ev observe.Event) { f(ev) }
+
+// lock_timeout is SET LOCAL: it bounds the waits of the transaction (fn's
+// included) and is gone when the transaction ends.
+func TestTimeoutIsTransactionScoped(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SET lock_timeout = '7s'"); err != nil {
+		t.Fatal(err)
+	}
+	show := func(db interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		var s string
+		if err := db.QueryRow(ctx, "SHOW lock_timeout").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		opt    txlock.Option
+		inside string
+	}{
+		{txlock.WithTimeout(1500 * time.Millisecond), "1500ms"},
+		{txlock.WithTimeout(time.Microsecond), "1ms"}, // rounded up, never 0 (= no timeout)
+		{txlock.WithTimeout(0), "7s"},                 // no setting: the session's
+		{nil, "5s"},                                   // DefaultTimeout
+	} {
+		err := txlock.DoPgx(ctx, conn, advisory.KeyInt(1), func(ctx context.Context, tx pgx.Tx) error {
+			if got := show(tx); got != tc.inside {
+				t.Errorf("inside: lock_timeout = %s, want %s", got, tc.inside)
+			}
+			return nil
+		}, tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := show(conn); got != "7s" {
+			t.Fatalf("after the transaction: lock_timeout = %s, want the session's 7s", got)
+		}
+	}
+}
+
+// TryOnce never waits: a key held elsewhere gives ErrNotAcquired without
+// running fn, nothing stays locked (not even the keys that were free), and
+// the connection is kept; a free key runs fn under the lock.
+func TestTryOnce(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	admin := db.Pool()
+	ctx := context.Background()
+	held, free := advisory.KeyOf("try-held"), advisory.KeyOf("try-free")
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			if err := be.do(ctx, []advisory.Key{free}, func(context.Context, q) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			before := be.conns()
+			h := holdLocks(t, db, false, held)
+			for _, shared := range []bool{false, true} {
+				opts := []txlock.Option{txlock.TryOnce(), txlock.WithTimeout(time.Hour)}
+				if shared {
+					opts = append(opts, txlock.Shared())
+				}
+				var evs events
+				ran := false
+				err := be.do(ctx, []advisory.Key{free, held}, func(context.Context, q) error { ran = true; return nil },
+					append(opts, txlock.WithObserver(&evs))...)
+				if !errors.Is(err, txlock.ErrNotAcquired) || errors.Is(err, txlock.ErrTimeout) {
+					t.Fatalf("shared=%v: got %v, want ErrNotAcquired", shared, err)
+				}
+				if ran {
+					t.Fatal("fn ran without the lock")
+				}
+				if evs.count(observe.LockAcquire, observe.Busy) != 2 {
+					t.Fatalf("events: %+v", evs.list())
+				}
+				if got := advisoryLocks(t, admin); len(got) != 1 {
+					t.Fatalf("shared=%v: locks besides the holder's: %v", shared, got)
+				}
+				// A free key: fn runs, under the lock.
+				err = be.do(ctx, []advisory.Key{free}, func(context.Context, q) error {
+					if got := advisoryLocks(t, admin); len(got) != 2 {
+						t.Errorf("inside: %v", got)
+					}
+					return nil
+				}, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if after := be.conns(); after != before {
+				t.Fatalf("connections %d → %d", before, after)
+			}
+			h.release()
+		})
+	}
+}
+
+// Shared holders run together; an exclusive one is kept out while they
+// hold, and gets in when they are gone.
+func TestShared(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	admin := db.Pool()
+	ctx := context.Background()
+	key := advisory.KeyOf("shared")
+	for _, be := range backends(t, db, bePgxPool, beSQL, beFold) {
+		t.Run(be.name, func(t *testing.T) {
+			var inside sync.WaitGroup
+			inside.Add(2)
+			leave := make(chan struct{})
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() {
+					errs <- be.do(ctx, []advisory.Key{key}, func(context.Context, q) error {
+						inside.Done()
+						<-leave // both are inside at once, or this never returns
+						return nil
+					}, txlock.Shared())
+				}()
+			}
+			inside.Wait()
+			if got, want := advisoryLocks(t, admin), append(expectLocks("ShareLock", key), expectLocks("ShareLock", key)...); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+				t.Fatalf("pg_locks with two shared holders: %v", got)
+			}
+			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil }, txlock.TryOnce())
+			if !errors.Is(err, txlock.ErrNotAcquired) {
+				t.Fatalf("exclusive try while shared held: %v", err)
+			}
+			err = be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil }, txlock.WithTimeout(30*time.Millisecond))
+			if !errors.Is(err, txlock.ErrTimeout) {
+				t.Fatalf("exclusive wait while shared held: %v", err)
+			}
+			// A third shared holder is not kept out.
+			if err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil }, txlock.Shared(), txlock.TryOnce()); err != nil {
+				t.Fatalf("third shared holder: %v", err)
+			}
+			close(leave)
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil }, txlock.TryOnce()); err != nil {
+				t.Fatalf("exclusive after the shared holders left: %v", err)
+			}
+		})
+	}
+}
+
+// A context cancelled while fn runs: the transaction is rolled back (the
+// write is not there), the error is the context's, nothing is retried, and
+// the lock is gone — at once when fn returns by itself; after the server
+// has seen the connection close when the cancellation interrupted one of
+// fn's statements (the driver closes the connection then).
+func TestContextCancelledInsideFn(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL); INSERT INTO t VALUES (1, 0)")
+	admin := db.Pool()
+	key := []advisory.Key{advisory.KeyOf("cancel")}
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			if err := be.do(context.Background(), key, func(context.Context, q) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for _, how := range []string{"fn returns ctx.Err", "fn returns nil", "statement interrupted"} {
+				before := be.conns()
+				ctx, cancel := context.WithCancel(context.Background())
+				calls := 0
+				err := be.do(ctx, key, func(ctx context.Context, tx q) error {
+					calls++
+					if err := tx.Exec(ctx, "UPDATE t SET n = n + 1 WHERE id = 1"); err != nil {
+						return err
+					}
+					switch how {
+					case "fn returns ctx.Err":
+						cancel()
+						<-ctx.Done()
+						return ctx.Err()
+					case "fn returns nil":
+						cancel()
+						return nil
+					default:
+						go func() {
+							waitForSleep(ctx, admin)
+							cancel()
+						}()
+						return tx.Exec(ctx, "SELECT pg_sleep(60)")
+					}
+				})
+				cancel()
+				if !errors.Is(err, context.Canceled) && !(how == "statement interrupted" && be.name == bePQ) {
+					t.Fatalf("%s: got %v, want context.Canceled", how, err)
+				}
+				if err == nil || calls != 1 {
+					t.Fatalf("%s: got %v after %d calls", how, err, calls)
+				}
+				if how == "statement interrupted" {
+					waitNoLocks(t, admin)
+				} else {
+					if got := advisoryLocks(t, admin); len(got) != 0 {
+						t.Fatalf("%s: locks left: %v", how, got)
+					}
+					// Rolled back in place: the connection is kept.
+					if after := be.conns(); after != before {
+						t.Fatalf("%s: connections %d → %d", how, before, after)
+					}
+				}
+				if n := counterT(t, admin); n != 0 {
+					t.Fatalf("%s: the cancelled transaction's write is there (n = %d)", how, n)
+				}
+			}
+		})
+	}
+}
+
+// waitForSleep waits until some session of the database runs pg_sleep.
+func waitForSleep(ctx context.Context, admin *pgxpool.Pool) {
+	for ctx.Err() == nil {
+		var n int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(60)%' AND state = 'active'`).Scan(&n)
+		if err != nil || n > 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func counterT(t *testing.T, admin *pgxpool.Pool) int {
+	var n int
+	if err := admin.QueryRow(context.Background(), "SELECT n FROM t WHERE id = 1").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A context that ends while the lock is awaited ends the wait with the
+// context's error (DeadlineExceeded for a deadline), fn never runs, nothing
+// is retried, and no lock is left once the holder lets go.
+func TestContextEndsWhileWaiting(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	admin := db.Pool()
+	key := advisory.KeyOf("deadline")
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			h := holdLocks(t, db, false, key)
+			var evs events
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			ran := false
+			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
+				txlock.WithTimeout(0), txlock.WithObserver(&evs))
+			if !errors.Is(err, context.DeadlineExceeded) || ran {
+				t.Fatalf("got %v (fn ran: %v), want context.DeadlineExceeded", err, ran)
+			}
+			if evs.count(observe.LockAcquire, observe.Canceled) != 1 || evs.count(observe.Retry, observe.OutcomeNone) != 0 {
+				t.Fatalf("events: %+v", evs.list())
+			}
+			h.release()
+			waitNoLocks(t, admin)
+		})
+	}
+}

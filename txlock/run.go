@@ -1,0 +1,309 @@
+package txlock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/observe"
+	"github.com/sqlock/sqlock/retry"
+)
+
+// cleanupTimeout bounds a ROLLBACK sent after a failure. It runs on a
+// context detached from the caller's cancellation, so a cancelled caller
+// still gets a clean rollback and keeps the connection.
+const cleanupTimeout = 5 * time.Second
+
+// Tx is the part of a begun transaction Run drives: the lock statements (when
+// BEGIN did not carry them), COMMIT and ROLLBACK. SQLTx adapts a *sql.Tx;
+// adapters for other transaction types implement it in a few lines.
+type Tx interface {
+	// Exec runs argument-less statements txlock built (several, separated
+	// by semicolons); it must send them by the simple query protocol, as
+	// database/sql's ExecContext does with pgx's and lib/pq's drivers.
+	Exec(ctx context.Context, sql string) error
+	// Commit commits. Its error is classified: a server error (SQLSTATE,
+	// severity ERROR) is returned as it is, anything that leaves the
+	// outcome unknown becomes an *AmbiguousCommitError.
+	Commit(ctx context.Context) error
+	// Rollback rolls back. ctx is detached from the caller's cancellation.
+	Rollback(ctx context.Context) error
+}
+
+// BeginFunc begins the transaction of one attempt and returns the value fn
+// receives and the Tx Run drives. It must pass ctx to the BEGIN call (and
+// begin with a.TxOptions() for database/sql, a.PgxTxOptions() for pgx):
+// ctx carries the attempt, so that a connection opened through OpenDB or
+// WrapConnector folds the locks into BEGIN, and it is the transaction's
+// context — it ends with the caller's while BEGIN and COMMIT run, but not
+// while fn runs, so that database/sql never rolls the transaction back
+// behind Run's back. When it returns an error, no transaction may be left
+// open.
+type BeginFunc[T any] func(ctx context.Context, a *Attempt) (T, Tx, error)
+
+// Attempt is one run of the transaction, handed to a BeginFunc.
+type Attempt struct {
+	n     int
+	plan  *plan
+	cfg   *config
+	ctx   context.Context // the caller's
+	state atomic.Int32
+}
+
+const (
+	statePending int32 = iota // the locks are still to be taken
+	stateClaimed              // a connection is folding them into BEGIN
+	stateFolded               // BEGIN carried the lock statements
+	stateClosed               // begin returned; nothing can fold any more
+)
+
+// Number is the 1-based attempt number.
+func (a *Attempt) Number() int { return a.n }
+
+// Context is the caller's context. The context a BeginFunc gets follows it
+// only while BEGIN runs (see BeginFunc); a transaction type that keeps a
+// context for its statements (GORM's) should be given this one.
+func (a *Attempt) Context() context.Context { return a.ctx }
+
+// TxOptions are the database/sql transaction options (WithTxOptions; may be
+// nil).
+func (a *Attempt) TxOptions() *sql.TxOptions { return a.cfg.sqlOpts }
+
+// PgxTxOptions returns the pgx options to begin this attempt with. Unless
+// WithPgxTxOptions set a BeginQuery, their BeginQuery is BEGIN with the
+// transaction modes followed by the lock statements, so BeginTx takes the
+// locks in its one round trip and Run does not send them again: a
+// BeginFunc that calls PgxTxOptions must begin with exactly these options.
+func (a *Attempt) PgxTxOptions() pgx.TxOptions {
+	o := a.cfg.pgxOpts
+	if o.BeginQuery != "" || !a.state.CompareAndSwap(statePending, stateFolded) {
+		return o
+	}
+	// Modes were validated by newPlan.
+	iso, access, def, _ := pgxModes(o)
+	return pgx.TxOptions{BeginQuery: a.plan.beginSQL(iso, access, def), CommitQuery: o.CommitQuery}
+}
+
+// claimFold lets one connection fold the locks into its BEGIN.
+func (a *Attempt) claimFold() bool { return a.state.CompareAndSwap(statePending, stateClaimed) }
+
+// endFold records whether the claimed fold succeeded.
+func (a *Attempt) endFold(ok bool) {
+	if ok {
+		a.state.Store(stateFolded)
+	} else {
+		a.state.Store(statePending)
+	}
+}
+
+type attemptKey struct{}
+
+func attemptFrom(ctx context.Context) *Attempt {
+	a, _ := ctx.Value(attemptKey{}).(*Attempt)
+	return a
+}
+
+// Run is the engine behind Do and DoPgx, for packages that hand fn a
+// transaction type of their own (sqlx's *sqlx.Tx, GORM's *gorm.DB): begin
+// starts each attempt's transaction and Run does the rest — validation,
+// the lock statements in canonical order (unless BEGIN carried them), fn,
+// COMMIT or ROLLBACK, the classification of COMMIT errors, retries and
+// observation — with the semantics documented on the package. An adapter
+// checks its own handle for nil (ErrNilDB) and passes everything else:
+//
+//	return txlock.Run(ctx, keys, func(ctx context.Context, a *txlock.Attempt) (*sqlx.Tx, txlock.Tx, error) {
+//		tx, err := db.BeginTxx(ctx, a.TxOptions())
+//		if err != nil {
+//			return nil, nil, err
+//		}
+//		return tx, txlock.SQLTx(tx.Tx), nil
+//	}, fn, opts...)
+func Run[T any](ctx context.Context, keys []advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts ...Option) error {
+	if begin == nil || fn == nil {
+		return ErrNilFunc
+	}
+	cfg := newConfig(opts)
+	p, err := newPlan(keys, &cfg)
+	if err != nil {
+		return err
+	}
+	policy := cfg.retryPolicy()
+	if policy == nil {
+		return runAttempt(ctx, &cfg, p, 1, begin, fn)
+	}
+	n := 0
+	return policy.Do(ctx, func(ctx context.Context) error {
+		n++
+		return runAttempt(ctx, &cfg, p, n, begin, fn)
+	})
+}
+
+func runAttempt[T any](ctx context.Context, c *config, p *plan, n int, begin BeginFunc[T], fn func(context.Context, T) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	a := &Attempt{n: n, plan: p, cfg: c, ctx: ctx}
+	// The transaction's own context follows the caller's only while BEGIN
+	// (and the lock wait) and COMMIT run. database/sql rolls a transaction
+	// back from a goroutine of its own when that context ends — racing
+	// with the synchronous ROLLBACK below and, with pgx's driver, closing
+	// the connection — so it must not end while fn runs: fn's statements
+	// get the caller's ctx and are interrupted by it as usual.
+	tctx, tcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer tcancel()
+	disarm := context.AfterFunc(ctx, tcancel)
+	start := time.Now()
+	v, tx, err := begin(context.WithValue(tctx, attemptKey{}, a), a)
+	disarm()
+	folded := a.state.Swap(stateClosed) == stateFolded
+	if err == nil && tx == nil {
+		err = errors.New("txlock: BeginFunc returned no Tx")
+	}
+	if err != nil {
+		return c.lockFailed(ctx, p, n, start, err)
+	}
+	if !folded {
+		err = tx.Exec(ctx, p.lockSQL)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		rollback(ctx, tx)
+		return c.lockFailed(ctx, p, n, start, err)
+	}
+	locked := time.Now()
+	c.observe(ctx, p, observe.Event{Kind: observe.LockAcquire, Outcome: observe.Acquired, Attempt: n, Wait: locked.Sub(start)})
+
+	// fn panicking (or calling runtime.Goexit) skips the assignment: the
+	// deferred rollback runs and the panic goes on.
+	returned := false
+	defer func() {
+		if !returned {
+			rollback(ctx, tx)
+			c.observe(ctx, p, observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked)})
+		}
+	}()
+	err = fn(ctx, v)
+	returned = true
+	if err == nil {
+		// Never COMMIT for a caller who has gone away.
+		err = ctx.Err()
+	}
+	if err != nil {
+		rollback(ctx, tx)
+		c.observe(ctx, p, observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked)})
+		return err
+	}
+	disarm = context.AfterFunc(ctx, tcancel)
+	err = tx.Commit(ctx)
+	disarm()
+	ev := observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked), Err: err}
+	if err != nil && commitAmbiguous(err) {
+		ev.Outcome = observe.Lost
+		err = &AmbiguousCommitError{Err: err}
+	}
+	c.observe(ctx, p, ev)
+	return err
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// rollback ends tx after a failure. Its error is not reported: when ROLLBACK
+// cannot be sent, the driver closes the connection and the server rolls the
+// transaction back (and releases the locks) when it sees the connection go.
+func rollback(ctx context.Context, tx Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
+
+// lockFailed classifies an error from BEGIN or the lock statements.
+func (c *config) lockFailed(ctx context.Context, p *plan, n int, start time.Time, err error) error {
+	wait := time.Since(start)
+	code := retry.SQLState(err)
+	if cerr := ctx.Err(); cerr != nil && (isContextErr(err) || code == codeQueryCanceled) {
+		// The caller's context ended the wait: say so, whatever the
+		// driver made of it (the transaction's context reports Canceled
+		// for a deadline; lib/pq reports the cancel request's 57014).
+		err, code = cerr, ""
+	}
+	ev := observe.Event{Kind: observe.LockAcquire, Attempt: n, Wait: wait, Err: err}
+	switch {
+	case p.tryOnce && code == codeInvalidText && strings.Contains(err.Error(), notAcquiredMarker):
+		ev.Outcome = observe.Busy
+		err = &LockError{Keys: p.keys, Shared: p.shared, TryOnce: true, Wait: wait}
+	case code == retry.CodeLockNotAvailable:
+		ev.Outcome = observe.Timeout
+		err = &LockError{Keys: p.keys, Shared: p.shared, Timeout: p.timeout, Wait: wait, Err: err}
+	case code == retry.CodeDeadlockDetected:
+		ev.Outcome = observe.Deadlock
+	case ctx.Err() != nil || isContextErr(err):
+		ev.Outcome = observe.Canceled
+	default:
+		ev.Outcome = observe.Failed
+	}
+	c.observe(ctx, p, ev)
+	return err
+}
+
+const (
+	codeInvalidText   = "22P02"
+	codeQueryCanceled = "57014"
+)
+
+// pqErrInFailedTransaction is the text of lib/pq's ErrInFailedTransaction,
+// which its Commit returns, after rolling back, for a transaction a
+// statement had already aborted (matched by text so that txlock does not
+// import a second driver).
+const pqErrInFailedTransaction = "pq: could not complete operation in a failed transaction"
+
+// commitAmbiguous reports whether a COMMIT that returned err may have
+// committed. The outcome is known when the server answered with an error
+// (severity ERROR: PostgreSQL never reports ERROR for a transaction it
+// committed), when COMMIT was never sent, or when the transaction had
+// already ended or was aborted. Anything else — a broken connection, a
+// context that ended while COMMIT was in flight, a FATAL that ended the
+// session — is unknown.
+func commitAmbiguous(err error) bool {
+	switch {
+	case errors.Is(err, pgx.ErrTxCommitRollback), errors.Is(err, pgx.ErrTxClosed),
+		errors.Is(err, sql.ErrTxDone), err.Error() == pqErrInFailedTransaction:
+		return false
+	case pgconn.SafeToRetry(err): // nothing was sent
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		sev := pgErr.SeverityUnlocalized
+		if sev == "" {
+			sev = pgErr.Severity
+		}
+		return sev == "FATAL" || sev == "PANIC"
+	}
+	code := retry.SQLState(err)
+	// Other drivers: a SQLSTATE means the server answered, except for the
+	// classes it sends when it ends the session.
+	return code == "" || strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P")
+}
+
+func (c *config) observe(ctx context.Context, p *plan, e observe.Event) {
+	if isNop(c.observer) {
+		return
+	}
+	e.Source = "txlock"
+	e.Shared = p.shared
+	for _, k := range p.keys {
+		e.Key = observedKey(k)
+		c.observer.Observe(ctx, e)
+	}
+}

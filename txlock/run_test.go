@@ -1,0 +1,163 @@
+package txlock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/observe"
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/txlock"
+)
+
+// wrapperTx stands for the transaction type of a library built on
+// database/sql (sqlx's *sqlx.Tx embeds *sql.Tx the same way).
+type wrapperTx struct {
+	*sql.Tx
+	attempt int
+}
+
+// doWrapper is the whole adapter such a library needs on top of Run.
+func doWrapper(ctx context.Context, db *sql.DB, keys []advisory.Key, fn func(context.Context, *wrapperTx) error, opts ...txlock.Option) error {
+	if db == nil {
+		return txlock.ErrNilDB
+	}
+	return txlock.Run(ctx, keys, func(ctx context.Context, a *txlock.Attempt) (*wrapperTx, txlock.Tx, error) {
+		tx, err := db.BeginTx(ctx, a.TxOptions())
+		if err != nil {
+			return nil, nil, err
+		}
+		return &wrapperTx{tx, a.Number()}, txlock.SQLTx(tx), nil
+	}, fn, opts...)
+}
+
+// A thin adapter over Run gets the same semantics: locks (folded into
+// BEGIN on an OpenDB handle), fn's errors, retries with fresh transactions,
+// timeouts.
+func TestRunAdapter(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	admin := db.Pool()
+	cfg, err := pgx.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	keys := []advisory.Key{advisory.KeyOf("b"), advisory.KeyOf("a")}
+	for _, h := range []*sql.DB{db.OpenSQL(), txlock.OpenDB(*cfg)} {
+		defer h.Close()
+		var attempts []int
+		err := doWrapper(ctx, h, keys, func(ctx context.Context, tx *wrapperTx) error {
+			attempts = append(attempts, tx.attempt)
+			if got, want := advisoryLocks(t, admin), expectLocks("ExclusiveLock", keys...); !reflect.DeepEqual(got, want) {
+				t.Errorf("pg_locks %v, want %v", got, want)
+			}
+			if tx.attempt == 1 {
+				_, err := tx.ExecContext(ctx, "DO $$BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END$$")
+				return err
+			}
+			return nil
+		}, txlock.WithRetry(retry.WithBackoff(retry.Constant(0))))
+		if err != nil || !reflect.DeepEqual(attempts, []int{1, 2}) {
+			t.Fatalf("got %v, attempts %v", err, attempts)
+		}
+		if got := advisoryLocks(t, admin); len(got) != 0 {
+			t.Fatalf("locks left: %v", got)
+		}
+		h2 := holdLocks(t, db, false, keys[1])
+		err = doWrapper(ctx, h, keys, func(context.Context, *wrapperTx) error { return nil }, txlock.TryOnce())
+		if !errors.Is(err, txlock.ErrNotAcquired) {
+			t.Fatalf("got %v", err)
+		}
+		h2.release()
+	}
+	if err := doWrapper(ctx, nil, keys, func(context.Context, *wrapperTx) error { return nil }); !errors.Is(err, txlock.ErrNilDB) {
+		t.Fatal(err)
+	}
+}
+
+// A real deadlock between two locked transactions (they hold different
+// advisory keys and then update the same two rows in opposite orders)
+// is retried as a whole by default: both commit, each row is incremented
+// twice, and the observer saw the retry.
+func TestDeadlockInsideFnRetried(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL); INSERT INTO t VALUES (1, 0), (2, 0)")
+	pool := db.Pool()
+	ctx := context.Background()
+	var evs events
+	var both sync.WaitGroup // both transactions hold their first row lock
+	both.Add(2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	calls := make([]int, 2)
+	for i, order := range [][2]int{{1, 2}, {2, 1}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = txlock.DoPgx(ctx, pool, advisory.KeyInt(int64(10+i)), func(ctx context.Context, tx pgx.Tx) error {
+				calls[i]++
+				if _, err := tx.Exec(ctx, "SET LOCAL deadlock_timeout = '20ms'"); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, "UPDATE t SET n = n + 1 WHERE id = $1", order[0]); err != nil {
+					return err
+				}
+				if calls[i] == 1 {
+					both.Done()
+					both.Wait()
+				}
+				_, err := tx.Exec(ctx, "UPDATE t SET n = n + 1 WHERE id = $1", order[1])
+				return err
+			}, txlock.WithObserver(&evs))
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("errors: %v", errs)
+	}
+	if calls[0]+calls[1] != 3 {
+		t.Fatalf("calls %v: want one victim run twice", calls)
+	}
+	if n := evs.count(observe.Retry, observe.OutcomeNone); n != 1 {
+		t.Fatalf("%d retry events", n)
+	}
+	var a, b int
+	if err := pool.QueryRow(ctx, "SELECT (SELECT n FROM t WHERE id = 1), (SELECT n FROM t WHERE id = 2)").Scan(&a, &b); err != nil {
+		t.Fatal(err)
+	}
+	if a != 2 || b != 2 {
+		t.Fatalf("rows %d, %d; want 2, 2", a, b)
+	}
+}
+
+// DoPgx on a pool connection the caller acquired.
+func TestPgxPoolConn(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	pool := db.Pool()
+	ctx := context.Background()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	key := advisory.KeyOf("pool-conn")
+	err = txlock.DoPgx(ctx, pc, key, func(ctx context.Context, tx pgx.Tx) error {
+		if got := advisoryLocks(t, pool); !reflect.DeepEqual(got, expectLocks("ExclusiveLock", key)) {
+			t.Errorf("pg_locks %v", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,79 @@
+package txlock
+
+import (
+	"context"
+	"database/sql"
+	"reflect"
+
+	"github.com/sqlock/sqlock/advisory"
+)
+
+// DB is the database/sql handle Do runs on: *sql.DB, *sql.Conn, or a type
+// embedding one (sqlx's *sqlx.DB).
+type DB interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Do runs fn in a database/sql transaction that holds the advisory lock on
+// key from before fn's first statement until COMMIT or ROLLBACK, and retries
+// the whole transaction (fn included) on serialization failures and
+// deadlocks. fn must be safe to run more than once; see the package
+// documentation for the whole contract.
+//
+// With a *sql.DB opened by OpenDB (or on WrapConnector), BEGIN carries the
+// lock: a transaction costs the round trips of the same unlocked one. On any
+// other handle the lock is one more round trip, right after BEGIN.
+func Do(ctx context.Context, db DB, key advisory.Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
+	return DoKeys(ctx, db, []advisory.Key{key}, fn, opts...)
+}
+
+// DoKeys is Do with several keys. They are locked in one canonical order
+// (advisory.Key.Compare), duplicates once, so transactions asking for
+// overlapping sets in any order cannot deadlock on each other's locks.
+func DoKeys(ctx context.Context, db DB, keys []advisory.Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
+	if isNil(db) {
+		return ErrNilDB
+	}
+	if fn == nil {
+		return ErrNilFunc
+	}
+	return Run(ctx, keys, func(ctx context.Context, a *Attempt) (*sql.Tx, Tx, error) {
+		tx, err := db.BeginTx(ctx, a.TxOptions())
+		if err != nil {
+			return nil, nil, err
+		}
+		return tx, SQLTx(tx), nil
+	}, fn, opts...)
+}
+
+// SQLTx adapts a *sql.Tx (or the one inside sqlx's *sqlx.Tx, or GORM's
+// transaction's ConnPool) for Run.
+func SQLTx(tx *sql.Tx) Tx { return sqlTx{tx} }
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) Exec(ctx context.Context, q string) error {
+	_, err := t.tx.ExecContext(ctx, q)
+	return err
+}
+
+func (t sqlTx) Commit(context.Context) error   { return t.tx.Commit() }
+func (t sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+// isNil reports whether h is nil or a nil pointer in an interface.
+func isNil(h any) bool {
+	switch d := h.(type) {
+	case nil:
+		return true
+	case *sql.DB:
+		return d == nil
+	case *sql.Conn:
+		return d == nil
+	}
+	v := reflect.ValueOf(h)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
