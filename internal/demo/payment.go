@@ -9,7 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/txlock"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -49,7 +51,10 @@ var paymentScenario = &scenario{
 	},
 	strategies: []*strategy{
 		{name: "naive", run: forOrders(payNaive)},
+		{name: "session lock", run: forOrders(paySessionLock)},
+		{name: "txlock", run: forOrders(payTxlock)},
 		{name: "versioned+retry", run: forOrders(payVersioned)},
+		{name: "layered", run: forOrders(payLayered)},
 	},
 }
 
@@ -64,27 +69,68 @@ func forOrders(pay func(ctx context.Context, w *replica, order int) (outcome, er
 }
 
 // charge is the side effect: the provider call and the record of it.
-func charge(ctx context.Context, db interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-}, w *replica, order int) error {
+func charge(ctx context.Context, db dbtx, w *replica, order int) error {
 	time.Sleep(providerLatency)
 	_, err := db.ExecContext(ctx, "INSERT INTO charges (order_id, replica) VALUES ($1, $2)", order, w.replica)
 	return err
 }
 
-func payNaive(ctx context.Context, w *replica, order int) (outcome, error) {
+// checkAndCharge is the naive handler: look, charge, mark paid.
+func checkAndCharge(ctx context.Context, db dbtx, w *replica, order int) (outcome, error) {
 	var status string
-	if err := w.db.QueryRowContext(ctx, "SELECT status FROM orders WHERE id = $1", order).Scan(&status); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT status FROM orders WHERE id = $1", order).Scan(&status); err != nil {
 		return 0, err
 	}
 	if status != "unpaid" {
 		return skipped, nil
 	}
-	if err := charge(ctx, w.db, w, order); err != nil {
+	if err := charge(ctx, db, w, order); err != nil {
 		return 0, err
 	}
-	_, err := w.db.ExecContext(ctx, "UPDATE orders SET status = 'paid' WHERE id = $1", order)
+	_, err := db.ExecContext(ctx, "UPDATE orders SET status = 'paid' WHERE id = $1", order)
 	return success, err
+}
+
+func payNaive(ctx context.Context, w *replica, order int) (outcome, error) {
+	return checkAndCharge(ctx, w.db, w, order)
+}
+
+func paymentKey(order int) advisory.Key {
+	return advisory.KeyOf(fmt.Sprintf("payment:order-%d", order))
+}
+
+// paySessionLock holds a session advisory lock on the order around the
+// whole handler (which may include work outside the database).
+func paySessionLock(ctx context.Context, w *replica, order int) (out outcome, err error) {
+	err = w.locker.Do(ctx, paymentKey(order), func(ctx context.Context) error {
+		out, err = checkAndCharge(ctx, w.db, w, order)
+		return err
+	})
+	return out, err
+}
+
+// payTxlock runs the handler in one transaction under the order's
+// transaction lock.
+func payTxlock(ctx context.Context, w *replica, order int) (out outcome, err error) {
+	err = txlock.Do(ctx, w.db, paymentKey(order), func(ctx context.Context, tx *sql.Tx) error {
+		out, err = checkAndCharge(ctx, tx, w, order)
+		return err
+	}, txlock.WithObserver(w.rec))
+	return out, err
+}
+
+// payLayered is the recipe for when a double charge is expensive: a lock so
+// replicas take turns, a state check under it, and a unique constraint on
+// the charge so that even a lock lost mid-way cannot charge twice.
+func payLayered(ctx context.Context, w *replica, order int) (out outcome, err error) {
+	err = w.locker.Do(ctx, paymentKey(order), func(ctx context.Context) error {
+		out, err = checkAndCharge(ctx, w.db, w, order)
+		if retry.SQLState(err) == "23505" { // the constraint caught a duplicate
+			out, err = conflict, nil
+		}
+		return err
+	})
+	return out, err
 }
 
 var ordersTable = versioned.MustTable("orders")

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
@@ -285,7 +286,9 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 	if err := db.PingContext(ctx); err != nil {
 		return err
 	}
-	w := &replica{db: db, pool: pool, rec: &recorder{}, replica: cfg.Replica, goroutines: sc.goroutines}
+	rec := &recorder{}
+	w := &replica{db: db, pool: pool, rec: rec, replica: cfg.Replica, goroutines: sc.goroutines,
+		locker: advisory.New(db, advisory.WithObserver(rec), advisory.WithWaitTimeout(30*time.Second))}
 	fmt.Fprintln(out, "ready")
 	if line, err := bufio.NewReader(in).ReadString('\n'); err != nil || line != "go\n" {
 		return fmt.Errorf("waiting for go: %q %v", line, err)
@@ -312,11 +315,18 @@ type replica struct {
 	db         *sql.DB
 	pool       *pgxpool.Pool
 	rec        *recorder
+	locker     *advisory.Locker
 	replica    int
 	goroutines int
 
 	mu    sync.Mutex
 	stats Stats
+}
+
+// dbtx is what the scenario steps need: *sql.DB and *sql.Tx both have it.
+type dbtx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 type outcome uint8

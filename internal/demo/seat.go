@@ -2,12 +2,15 @@ package demo
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/txlock"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -36,6 +39,7 @@ var seatScenario = &scenario{
 		{name: "naive", run: buyer(buyNaive)},
 		{name: "compare-and-swap", run: buyer(buyCAS)},
 		{name: "versioned+retry", run: buyer(buyVersioned)},
+		{name: "txlock", run: buyer(buyTxlock)},
 	},
 }
 
@@ -50,19 +54,34 @@ func book(ctx context.Context, w *replica, buyer int) error {
 	return err
 }
 
-func buyNaive(ctx context.Context, w *replica, buyer int) (outcome, error) {
+func lookAndBuy(ctx context.Context, db dbtx, buyer int) (outcome, error) {
 	var owner *int
-	if err := w.db.QueryRowContext(ctx, "SELECT buyer FROM seats WHERE id = 42").Scan(&owner); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT buyer FROM seats WHERE id = 42").Scan(&owner); err != nil {
 		return 0, err
 	}
 	if owner != nil {
 		return skipped, nil
 	}
 	time.Sleep(thinkTime)
-	if _, err := w.db.ExecContext(ctx, "UPDATE seats SET buyer = $1 WHERE id = 42", buyer); err != nil {
+	if _, err := db.ExecContext(ctx, "UPDATE seats SET buyer = $1 WHERE id = 42", buyer); err != nil {
 		return 0, err
 	}
-	return success, book(ctx, w, buyer)
+	_, err := db.ExecContext(ctx, "INSERT INTO bookings (seat_id, buyer) VALUES (42, $1)", buyer)
+	return success, err
+}
+
+func buyNaive(ctx context.Context, w *replica, buyer int) (outcome, error) {
+	return lookAndBuy(ctx, w.db, buyer)
+}
+
+var seatKey = advisory.KeyOf("booking:seat-42")
+
+func buyTxlock(ctx context.Context, w *replica, buyer int) (out outcome, err error) {
+	err = txlock.Do(ctx, w.db, seatKey, func(ctx context.Context, tx *sql.Tx) error {
+		out, err = lookAndBuy(ctx, tx, buyer)
+		return err
+	}, txlock.WithObserver(w.rec), txlock.WithTimeout(30*time.Second))
+	return out, err
 }
 
 var seatsTable = versioned.MustTable("seats")

@@ -2,13 +2,16 @@ package demo
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/txlock"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -46,6 +49,8 @@ var stockScenario = &scenario{
 		{name: "naive", run: order(orderNaive)},
 		{name: "compare-and-swap", run: order(orderCAS)},
 		{name: "versioned+retry", run: order(orderVersioned)},
+		{name: "session lock", run: order(orderSessionLock)},
+		{name: "txlock", run: order(orderTxlock)},
 	},
 }
 
@@ -53,17 +58,40 @@ func order(place func(ctx context.Context, w *replica) (outcome, error)) func(co
 	return func(ctx context.Context, w *replica, _ int) { w.count(place(ctx, w)) }
 }
 
-func orderNaive(ctx context.Context, w *replica) (outcome, error) {
+// checkAndDecrement is the naive order: look at the stock, reserve, take one.
+func checkAndDecrement(ctx context.Context, db dbtx) (outcome, error) {
 	var stock int
-	if err := w.db.QueryRowContext(ctx, "SELECT stock FROM products WHERE id = 7").Scan(&stock); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT stock FROM products WHERE id = 7").Scan(&stock); err != nil {
 		return 0, err
 	}
 	if stock <= 0 {
 		return skipped, nil
 	}
 	time.Sleep(reserveTime)
-	_, err := w.db.ExecContext(ctx, "UPDATE products SET stock = stock - 1, sold = sold + 1 WHERE id = 7")
+	_, err := db.ExecContext(ctx, "UPDATE products SET stock = stock - 1, sold = sold + 1 WHERE id = 7")
 	return success, err
+}
+
+func orderNaive(ctx context.Context, w *replica) (outcome, error) {
+	return checkAndDecrement(ctx, w.db)
+}
+
+var productKey = advisory.KeyOf("stock:product-7")
+
+func orderSessionLock(ctx context.Context, w *replica) (out outcome, err error) {
+	err = w.locker.Do(ctx, productKey, func(ctx context.Context) error {
+		out, err = checkAndDecrement(ctx, w.db)
+		return err
+	})
+	return out, err
+}
+
+func orderTxlock(ctx context.Context, w *replica) (out outcome, err error) {
+	err = txlock.Do(ctx, w.db, productKey, func(ctx context.Context, tx *sql.Tx) error {
+		out, err = checkAndDecrement(ctx, tx)
+		return err
+	}, txlock.WithObserver(w.rec), txlock.WithTimeout(30*time.Second))
+	return out, err
 }
 
 var productsTable = versioned.MustTable("products")
