@@ -73,4 +73,25 @@
 //
 // The rewriter reads PostgreSQL's grammar. NamedExec is for PostgreSQL
 // (pgx, lib/pq); Update and Delete work with any driver sqlx knows.
+//
+// # Locked transactions
+//
+// Do and DoKeys (and the Helper methods of the same names) run
+// func(ctx context.Context, tx *sqlx.Tx) error in a transaction that holds
+// pg_advisory_xact_lock on the keys, through package txlock's runner
+// (txlock.Run), so they have exactly txlock's semantics: keys locked in
+// canonical order before the function's first statement and released by
+// COMMIT or ROLLBACK (never leaked), a bounded wait (txlock.WithTimeout;
+// txlock.ErrTimeout), the whole transaction retried on serialization
+// failures, deadlocks and stale versioned writes (never on a cancelled
+// context), and a COMMIT whose outcome is unknown reported as
+// *txlock.AmbiguousCommitError and not retried. Inside the function,
+// h.On(tx) runs the versioned helpers in the transaction. The function must
+// be safe to run more than once: re-read inside it what it depends on.
+//
+// # Retrying repositories
+//
+// A stale write is worth another attempt after a re-read. Wrap a repository
+// method that reads, changes and writes with package retry
+// (retry.Wrap(repo.Deposit)) or run it in retry.Do; see the examples.
 package sqlxhelpers

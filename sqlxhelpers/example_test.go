@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jmoiron/sqlx"
+	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/sqlxhelpers"
+	"github.com/sqlock/sqlock/txlock"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -142,4 +145,28 @@ func Example_retryRepository() {
 	a, err := deposit(context.Background(), Deposit{ID: 1, Amount: 10})
 	fmt.Println(a.Balance, a.Version, err, mock.ExpectationsWereMet())
 	// Output: 160 5 <nil> <nil>
+}
+
+// A locked transaction: the advisory lock on the key is held from before
+// the function's first statement until COMMIT; a stale write inside it
+// retries the whole transaction.
+func ExampleHelper_Do() {
+	raw, mock, _ := sqlmock.New() // regular-expression matching
+	defer raw.Close()
+	db := sqlx.NewDb(raw, "pgx")
+	h, _ := sqlxhelpers.New(db)
+
+	mock.ExpectBegin()
+	mock.ExpectExec(`SELECT pg_advisory_xact_lock`).WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectExec(`UPDATE "accounts" SET "balance" = \$1`).WithArgs(int64(90), int64(1), int64(3)).
+		WillReturnResult(sqlmock.NewResult(0, 1))
+	mock.ExpectCommit()
+
+	a := Account{ID: 1, Owner: "ann", Balance: 100, Version: 3}
+	err := h.Do(context.Background(), advisory.KeyOf("account:1"), func(ctx context.Context, tx *sqlx.Tx) error {
+		a.Balance -= 10
+		return h.On(tx).Update(ctx, "accounts", &a, sqlxhelpers.Columns("balance"))
+	}, txlock.WithTimeout(2*time.Second))
+	fmt.Println(err, a.Version, mock.ExpectationsWereMet())
+	// Output: <nil> 4 <nil>
 }
