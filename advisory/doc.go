@@ -41,8 +41,9 @@
 // connection destroyed before the call returns. Unlock runs on a context
 // detached from the caller's cancellation (context.WithoutCancel) with a
 // deadline of its own (WithUnlockTimeout), so a cancelled request still
-// unlocks. No goroutine outlives its lock: the keepalive goroutine ends
-// before Unlock returns.
+// unlocks. No goroutine outlives its lock: the keepalive is a timer whose
+// callback runs one check at a time and never touches the connection
+// together with Unlock, which stops it and waits for a check in progress.
 //
 // Bounded, server-side waits: Lock and RLock wait inside PostgreSQL, in its
 // fair queue and visible to its deadlock detector, for at most the wait

@@ -19,13 +19,16 @@ type Lock struct {
 	shared   bool
 	acquired time.Time
 
-	// sess is used only by the keepalive goroutine until stop is closed
-	// and kaDone is closed, then only by Unlock: a pinned connection is
-	// never used by two goroutines at once. nil once destroyed.
-	sess   session
-	pid    int32 // backend pid seen by the first keepalive; keepalive's own
-	stop   chan struct{}
-	kaDone chan struct{}
+	// sess is used by one goroutine at a time: a keepalive check (a timer
+	// callback), or Unlock once it has stopped the timer and waited for a
+	// running check (a pinned connection is not safe for concurrent use).
+	// nil once destroyed.
+	sess    session
+	pid     int32          // backend pid seen by the first check; the checks' own
+	timer   *time.Timer    // the next keepalive check
+	checks  sync.WaitGroup // a scheduled or running check
+	kmu     sync.Mutex     // guards stopped and timer
+	stopped bool           // Unlock has begun: schedule no more checks
 
 	lostCtx  context.Context // cancelled with an *Error (ErrLost) on loss
 	loseOnce sync.Once
@@ -36,13 +39,31 @@ type Lock struct {
 }
 
 func newLock(l *Locker, key Key, shared bool, sess session, acquired time.Time) *Lock {
-	lk := &Lock{l: l, key: key, shared: shared, sess: sess, acquired: acquired,
-		stop: make(chan struct{}), kaDone: make(chan struct{})}
+	lk := &Lock{l: l, key: key, shared: shared, sess: sess, acquired: acquired}
 	lk.lostCtx, lk.lose = context.WithCancelCause(context.Background())
 	return lk
 }
 
-func (lk *Lock) start() { go lk.keepalive() }
+// start schedules the first keepalive check. No goroutine runs between
+// checks.
+func (lk *Lock) start() {
+	lk.kmu.Lock() // the first check may run before AfterFunc returns
+	defer lk.kmu.Unlock()
+	lk.checks.Add(1)
+	lk.timer = time.AfterFunc(lk.l.cfg.keepalive, lk.check)
+}
+
+// stopChecks stops the keepalive and waits for a check in progress, after
+// which the caller alone uses the connection.
+func (lk *Lock) stopChecks() {
+	lk.kmu.Lock()
+	lk.stopped = true
+	if lk.timer.Stop() { // the scheduled check will not run
+		lk.checks.Done()
+	}
+	lk.kmu.Unlock()
+	lk.checks.Wait()
+}
 
 // Key is the lock's key.
 func (lk *Lock) Key() Key { return lk.key }
@@ -102,38 +123,40 @@ func pingTimeout(interval time.Duration) time.Duration {
 	return max(interval, time.Second)
 }
 
-// keepalive checks the connection every interval until Unlock stops it or
-// the connection fails. A connection that fails visibly (reset, closed,
-// backend terminated) is reported at the next check, within one interval; a
-// connection that stops answering, when a check has had no answer for
-// pingTimeout.
-func (lk *Lock) keepalive() {
-	defer close(lk.kaDone)
-	interval := lk.l.cfg.keepalive
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-lk.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout(interval))
-		var pid int32
-		err := lk.sess.queryRow(ctx, pingSQL, nil, &pid)
-		cancel()
-		if err == nil && lk.pid != 0 && pid != lk.pid {
-			err = fmt.Errorf("the connection's server backend changed from pid %d to %d: a pooler moved the session", lk.pid, pid)
-		}
-		if err != nil {
-			lk.sess.destroy()
-			lk.sess = nil
-			lk.markLost(err)
-			return
-		}
-		lk.pid = pid
-		t.Reset(interval)
+// check is one keepalive check, run by the timer: it pings the connection
+// and schedules the next check, or on failure destroys the connection and
+// reports the loss. A connection that fails visibly (reset, closed, backend
+// terminated) is reported at the next check, within one interval; one that
+// stops answering, when a check has had no answer for pingTimeout.
+func (lk *Lock) check() {
+	defer lk.checks.Done()
+	lk.kmu.Lock()
+	stopped := lk.stopped
+	lk.kmu.Unlock()
+	if stopped {
+		return
 	}
+	interval := lk.l.cfg.keepalive
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout(interval))
+	var pid int32
+	err := lk.sess.queryRow(ctx, pingSQL, nil, &pid)
+	cancel()
+	if err == nil && lk.pid != 0 && pid != lk.pid {
+		err = fmt.Errorf("the connection's server backend changed from pid %d to %d: a pooler moved the session", lk.pid, pid)
+	}
+	if err != nil {
+		lk.sess.destroy()
+		lk.sess = nil
+		lk.markLost(err)
+		return
+	}
+	lk.pid = pid
+	lk.kmu.Lock()
+	if !lk.stopped {
+		lk.checks.Add(1)
+		lk.timer.Reset(interval)
+	}
+	lk.kmu.Unlock()
 }
 
 // Unlock releases the lock and returns its connection to the pool, or, if
@@ -154,11 +177,10 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		return &Error{Op: "unlock", Key: lk.key, Err: ErrNotHeld}
 	}
 	lk.ended.Store(true)
-	close(lk.stop)
-	<-lk.kaDone // from here on this goroutine alone uses the connection
+	lk.stopChecks() // from here on this goroutine alone uses the connection
 	sess := lk.sess
 	lk.sess = nil
-	if sess == nil { // the keepalive found it lost
+	if sess == nil { // a keepalive check found it lost
 		cause := context.Cause(lk.lostCtx)
 		if e, ok := cause.(*Error); ok {
 			cause = e.Cause

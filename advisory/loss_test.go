@@ -227,3 +227,58 @@ func TestServerRestart(t *testing.T) {
 	t.Logf("%d cycles ok, %d typed errors (%d while down)", ok.Load(), typed.Load(), typedDown)
 	waitNoLocks(t, admin(t, db))
 }
+
+// TestKeepaliveKeepsIdleHoldAlive: a server that ends idle sessions
+// (idle_session_timeout) would silently drop a lock held without traffic;
+// the keepalive checks are traffic.
+func TestKeepaliveKeepsIdleHoldAlive(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	db.Exec("ALTER DATABASE " + db.Name + " SET idle_session_timeout = '400ms'")
+	ctx := context.Background()
+	l := advisory.NewPool(pgxPoolWith(t, db, 4), advisory.WithKeepalive(100*time.Millisecond))
+	lk := mustLock(t)(l.Lock(ctx, advisory.KeyOf("idle")))
+	select {
+	case <-lk.Lost():
+		t.Fatalf("lost while idle despite the keepalive: %v", lk.Err())
+	case <-time.After(1500 * time.Millisecond): // well past the idle timeout
+	}
+	mustUnlock(t, lk)
+}
+
+// TestUnlockFindsLoss: with no keepalive check in between, Unlock itself
+// finds the session gone: ErrLost, Lost closed, the dead connection
+// destroyed rather than pooled.
+func TestUnlockFindsLoss(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		conn := admin(t, db)
+		var rec recorder
+		l := bc.open(t, db, advisory.WithKeepalive(time.Hour), advisory.WithObserver(&rec))
+		key := advisory.KeyOf("unlock finds loss")
+		lk := mustLock(t)(l.Lock(ctx, key))
+		pids := holderPIDs(t, conn, key)
+		if len(pids) != 1 {
+			t.Fatalf("%d holders", len(pids))
+		}
+		if err := db.Cluster.TerminateBackend(ctx, pids[0]); err != nil {
+			t.Fatal(err)
+		}
+		waitNoLocks(t, conn)
+		if err := lk.Unlock(ctx); !errors.Is(err, advisory.ErrLost) {
+			t.Fatalf("Unlock on a terminated session: %v, want ErrLost", err)
+		}
+		select {
+		case <-lk.Lost():
+		default:
+			t.Fatal("Lost not closed after Unlock found the session gone")
+		}
+		if n := rec.outcomes()[observe.Lost]; n != 1 {
+			t.Fatalf("%d Lost events, want 1", n)
+		}
+		// The pool did not keep the dead connection: the next lock works.
+		mustUnlock(t, mustLock(t)(l.TryLock(ctx, key)))
+	})
+}

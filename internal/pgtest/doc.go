@@ -21,6 +21,16 @@
 // timeout, SIGKILL — the watchdog stops the server and removes the directory,
 // so no postgres process or temporary directory outlives the test binary.
 //
+// StartPgBouncer puts PgBouncer (the Debian package's /usr/sbin/pgbouncer)
+// in front of a test's database, in session or transaction pool mode, and
+// returns a DSN through it; RunPgBouncer is the form with options and no
+// testing.TB. It reads the server's host, port, user and password from the
+// database's DSN, so it works with DATABASE_URL servers too, listens on a
+// free 127.0.0.1 port with auth_type=trust, and runs as the server's
+// unprivileged user when root (PgBouncer refuses root). Like a cluster, it is
+// owned by a watchdog shell that stops it and removes its directory when the
+// test binary goes away.
+//
 // Fault levers: TerminateBackend works on any server the tests may
 // administer; Stop, Start and Restart only on a cluster this process owns,
 // and tests that use them should start a private one with StartCluster so
