@@ -171,9 +171,18 @@ type TypoVersion struct {
 	Version int64 `lock:"verison"`
 }
 
+type VersionBase struct {
+	Version int64 `lock:"version"`
+}
+
+type EmbeddedPtrVersion struct {
+	ID uint
+	*VersionBase
+}
+
 func TestBadModels(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
-		for _, m := range []any{&FloatVersion{}, &TwoVersions{}, &PtrVersion{}, &TypoVersion{}} {
+		for _, m := range []any{&FloatVersion{}, &TwoVersions{}, &PtrVersion{}, &TypoVersion{}, &EmbeddedPtrVersion{}} {
 			// AutoMigrate runs no write callbacks; the first write fails.
 			must(t, db.AutoMigrate(m))
 			err := db.Create(m).Error

@@ -65,6 +65,11 @@ func parseModel(s *schema.Schema) *model {
 		if f.DBName == "" {
 			return bad("GORM maps this field to no column (gorm:\"-\"?)")
 		}
+		for _, i := range f.StructField.Index {
+			if i < 0 { // GORM's mark for a step through an embedded pointer
+				return bad("the field is reached through an embedded pointer, which may be nil; embed the struct by value")
+			}
+		}
 		if tag.Column != "" && tag.Column != f.DBName {
 			return bad("lock column=" + tag.Column + " differs from GORM's column " + f.DBName + `: name the column with gorm:"column:…"`)
 		}
