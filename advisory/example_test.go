@@ -14,6 +14,28 @@ import (
 	"github.com/sqlock/sqlock/advisory"
 )
 
+// New takes a database/sql pool (any PostgreSQL driver). Verify checks the
+// server once, up front; without it the first lock does.
+func ExampleNew() {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	l := advisory.New(db,
+		advisory.WithWaitTimeout(2*time.Second), // the longest any acquisition waits
+		advisory.WithKeepalive(time.Second),     // how soon a lost lock is noticed
+	)
+	switch err := l.Verify(context.Background()); {
+	case errors.Is(err, advisory.ErrUnsupported):
+		log.Fatal("no session locks here (CockroachDB? PgBouncer in transaction mode?): ", err)
+	case err != nil:
+		log.Fatal(err)
+	}
+	fmt.Println("ready")
+	// Output: ready
+}
+
 // Do runs a critical section that only one holder, in any process, runs at
 // a time. The function's context ends if the lock is lost.
 func ExampleLocker_Do() {

@@ -311,7 +311,10 @@ func TestDeadlock(t *testing.T) {
 			}
 			a, b := advisory.KeyInt(1001), advisory.KeyInt(1002)
 			exec("SELECT pg_advisory_lock(1001)") // leaked onto the pooled connection on purpose
-			exec("SET deadlock_timeout = '300ms'")
+			// The server checks a waiter for deadlock once, deadlock_timeout
+			// after it starts waiting: ours must run after the other
+			// session has closed the cycle, and before the other's.
+			exec("SET deadlock_timeout = '1s'")
 			other := admin(t, db)
 			if _, err := other.Exec(ctx, "SET deadlock_timeout = '20s'"); err != nil {
 				t.Fatal(err)

@@ -94,7 +94,8 @@ func WithUnlockTimeout(d time.Duration) Option {
 
 // WithObserver reports acquisitions (with outcome and wait time) and
 // releases (released or lost, with hold time) to o. The default does
-// nothing.
+// nothing. Events come from the calling goroutine, except a loss found by
+// a keepalive check, which is reported from the check's goroutine.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
 		c.obs = observe.OrNop(o)
