@@ -27,7 +27,7 @@ var (
 // UnsupportedError reports a versioned write the plugin refused.
 type UnsupportedError struct {
 	Table  string
-	Op     string // "update", "delete", "create"
+	Op     string // "update", "delete", "create", "locked transaction"
 	Reason string
 }
 

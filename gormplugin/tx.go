@@ -1,0 +1,76 @@
+package gormplugin
+
+import (
+	"context"
+
+	"gorm.io/gorm"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/txlock"
+)
+
+// Transaction runs fn in a GORM transaction that holds
+// pg_advisory_xact_lock(key) from before fn's first statement until COMMIT
+// or ROLLBACK, so the lock cannot leak, and retries the whole transaction —
+// fn included — with txlock's policy (serialization failures, deadlocks and,
+// since the versioned writes in fn return *versioned.StaleError, stale
+// versions). fn must be safe to run more than once: it re-reads what it
+// depends on. tx carries ctx; fn's error rolls the transaction back and is
+// returned as it is (or wrapped in *retry.ExhaustedError when retries ran
+// out).
+//
+// Everything about the lock and the retries is txlock's (txlock.Run): the
+// wait is bounded (txlock.WithTimeout; a wait that runs out is a
+// *txlock.LockError matching txlock.ErrTimeout), txlock.TryOnce,
+// txlock.Shared, txlock.WithRetry/WithoutRetry, txlock.WithTxOptions and
+// COMMIT errors whose outcome is unknown (txlock.ErrAmbiguousCommit, never
+// retried) apply as documented there. Open GORM over txlock.OpenDB —
+// postgres.New(postgres.Config{Conn: txlock.OpenDB(cfg)}) — and BEGIN
+// carries the lock, so a locked transaction costs the round trips of an
+// unlocked one; on any other connection the lock is one more round trip.
+//
+// db must not already be inside a transaction, and its dialector must be
+// PostgreSQL: on any other engine (SQLite, MySQL) advisory locks are not
+// real and the call fails with *UnsupportedError before it begins.
+func Transaction(ctx context.Context, db *gorm.DB, key advisory.Key, fn func(tx *gorm.DB) error, opts ...txlock.Option) error {
+	return TransactionKeys(ctx, db, []advisory.Key{key}, fn, opts...)
+}
+
+// TransactionKeys is Transaction with several keys, locked in txlock's
+// canonical order (duplicates once), so transactions asking for overlapping
+// sets in any order cannot deadlock on each other's locks.
+func TransactionKeys(ctx context.Context, db *gorm.DB, keys []advisory.Key, fn func(tx *gorm.DB) error, opts ...txlock.Option) error {
+	if db == nil {
+		return txlock.ErrNilDB
+	}
+	if fn == nil {
+		return txlock.ErrNilFunc
+	}
+	if name := db.Name(); name != "postgres" {
+		return &UnsupportedError{Op: "locked transaction",
+			Reason: "advisory locks need PostgreSQL; this gorm.DB uses the " + name + " dialector"}
+	}
+	return txlock.Run(ctx, keys,
+		func(ctx context.Context, a *txlock.Attempt) (*gorm.DB, txlock.Tx, error) {
+			tx := db.WithContext(ctx).Begin(a.TxOptions())
+			if tx.Error != nil {
+				return nil, nil, tx.Error
+			}
+			return tx, gormTx{tx}, nil
+		},
+		func(ctx context.Context, tx *gorm.DB) error { return fn(tx.WithContext(ctx)) },
+		opts...)
+}
+
+// gormTx lets txlock drive a GORM transaction.
+type gormTx struct{ tx *gorm.DB }
+
+// Exec runs txlock's argument-less lock statements on the transaction's
+// connection directly (database/sql sends them by the simple protocol).
+func (t gormTx) Exec(ctx context.Context, q string) error {
+	_, err := t.tx.Statement.ConnPool.ExecContext(ctx, q)
+	return err
+}
+
+func (t gormTx) Commit(context.Context) error   { return t.tx.Commit().Error }
+func (t gormTx) Rollback(context.Context) error { return t.tx.Rollback().Error }
