@@ -1,8 +1,11 @@
 package gormplugin_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -631,4 +634,42 @@ func TestUserSetAndReturning(t *testing.T) {
 			t.Fatalf("bystanders changed")
 		}
 	})
+}
+
+func TestWithLogger(t *testing.T) {
+	var buf syncBuffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	db := openSQLite(t, gormplugin.WithLogger(l))
+	must(t, db.AutoMigrate(&Order{}))
+	o := Order{Status: "new"}
+	must(t, db.Create(&o).Error)
+	old := o
+	must(t, db.Model(&o).Update("status", "a").Error)
+	if buf.String() != "" {
+		t.Fatalf("logged without a conflict: %s", buf.String())
+	}
+	checkErr(t, db.Model(&old).Update("status", "b").Error, versioned.ErrStale)
+	out := buf.String()
+	for _, want := range []string{"sqlock stale", "source=gormplugin", "table=orders", "stale version"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("log %q lacks %q", out, want)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
