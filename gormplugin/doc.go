@@ -36,8 +36,8 @@
 //
 //	UPDATE … SET …, version = version + 1 WHERE <pk> AND version = <the struct's version>
 //
-// Any value the caller gave the version (a map key, a field of the Dest
-// struct, Select("version"), a BeforeUpdate hook) is ignored; Omit("version")
+// Any value the update itself gives the version (a map key, a field of the
+// Dest struct, Select("version")) is ignored; Omit("version")
 // does not stop the bump. On success the struct's version is the new one. If
 // the statement matches no row, its error is a *versioned.StaleError
 // (errors.Is(err, versioned.ErrStale); Table, Key, Expected, Op) and GORM's
