@@ -30,18 +30,33 @@ type Lock struct {
 	kmu     sync.Mutex     // guards stopped and timer
 	stopped bool           // Unlock has begun: schedule no more checks
 
-	lostCtx  context.Context // cancelled with an *Error (ErrLost) on loss
-	loseOnce sync.Once
-	lose     context.CancelCauseFunc
+	args []any // the key's bind parameters
+
+	lostMu  sync.Mutex
+	lostErr error                   // an *Error matching ErrLost, once lost
+	lostCtx context.Context         // made on first use; cancelled with lostErr
+	lose    context.CancelCauseFunc // cancels lostCtx
 
 	mu    sync.Mutex // serialises Unlock
 	ended atomic.Bool
 }
 
-func newLock(l *Locker, key Key, shared bool, sess session, acquired time.Time) *Lock {
-	lk := &Lock{l: l, key: key, shared: shared, sess: sess, acquired: acquired}
-	lk.lostCtx, lk.lose = context.WithCancelCause(context.Background())
-	return lk
+func newLock(l *Locker, key Key, shared bool, sess session, args []any, acquired time.Time) *Lock {
+	return &Lock{l: l, key: key, shared: shared, sess: sess, args: args, acquired: acquired}
+}
+
+// lostContext is cancelled with lostErr when the lock is lost. It is made
+// only when someone watches (Lost, Context): most holds never need it.
+func (lk *Lock) lostContext() context.Context {
+	lk.lostMu.Lock()
+	defer lk.lostMu.Unlock()
+	if lk.lostCtx == nil {
+		lk.lostCtx, lk.lose = context.WithCancelCause(context.Background())
+		if lk.lostErr != nil {
+			lk.lose(lk.lostErr)
+		}
+	}
+	return lk.lostCtx
 }
 
 // start schedules the first keepalive check. No goroutine runs between
@@ -75,15 +90,14 @@ func (lk *Lock) Shared() bool { return lk.shared }
 // connection died (seen by the keepalive, within one interval), the server
 // moved the session, or an unlock could not be confirmed. A successful
 // Unlock never closes it.
-func (lk *Lock) Lost() <-chan struct{} { return lk.lostCtx.Done() }
+func (lk *Lock) Lost() <-chan struct{} { return lk.lostContext().Done() }
 
 // Err is nil while the lock has not been lost, and then an error matching
 // ErrLost that says why.
 func (lk *Lock) Err() error {
-	if lk.lostCtx.Err() == nil {
-		return nil
-	}
-	return context.Cause(lk.lostCtx)
+	lk.lostMu.Lock()
+	defer lk.lostMu.Unlock()
+	return lk.lostErr
 }
 
 // Context returns a context derived from parent that ends when the lock is
@@ -93,7 +107,8 @@ func (lk *Lock) Err() error {
 // itself. Do passes such a context to its function. Call cancel when done.
 func (lk *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(lk.lostCtx, func() { cancel(context.Cause(lk.lostCtx)) })
+	lost := lk.lostContext()
+	stop := context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
 	pn, _ := parent.Value(heldCtxKey{}).(*heldNode)
 	ctx = context.WithValue(ctx, heldCtxKey{}, &heldNode{lk: lk, parent: pn})
 	return ctx, func() {
@@ -104,15 +119,22 @@ func (lk *Lock) Context(parent context.Context) (context.Context, context.Cancel
 
 // markLost records the loss once: closes Lost, reports it.
 func (lk *Lock) markLost(cause error) {
-	lk.loseOnce.Do(func() {
-		hold := time.Since(lk.acquired)
-		err := &Error{Op: "hold", Key: lk.key, Err: ErrLost, Cause: cause}
+	lk.lostMu.Lock()
+	if lk.lostErr != nil {
+		lk.lostMu.Unlock()
+		return
+	}
+	err := &Error{Op: "hold", Key: lk.key, Err: ErrLost, Cause: cause}
+	lk.lostErr = err
+	if lk.lose != nil {
 		lk.lose(err)
-		lk.l.cfg.log.Warn("advisory: lock lost", "key", lk.key.String(), "shared", lk.shared,
-			"hold", hold, "error", cause)
-		lk.l.emit(context.Background(), observe.Event{Kind: observe.LockRelease, Key: lk.key.v,
-			Shared: lk.shared, Outcome: observe.Lost, Hold: hold, Err: err})
-	})
+	}
+	lk.lostMu.Unlock()
+	hold := time.Since(lk.acquired)
+	lk.l.cfg.log.Warn("advisory: lock lost", "key", lk.key.String(), "shared", lk.shared,
+		"hold", hold, "error", cause)
+	lk.l.emit(context.Background(), observe.Event{Kind: observe.LockRelease, Key: lk.key.v,
+		Shared: lk.shared, Outcome: observe.Lost, Hold: hold, Err: err})
 }
 
 // pingTimeout bounds one keepalive check: one interval, but never less
@@ -181,13 +203,13 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	sess := lk.sess
 	lk.sess = nil
 	if sess == nil { // a keepalive check found it lost
-		cause := context.Cause(lk.lostCtx)
-		if e, ok := cause.(*Error); ok {
+		var cause error
+		if e, ok := lk.Err().(*Error); ok {
 			cause = e.Cause
 		}
 		return &Error{Op: "unlock", Key: lk.key, Err: ErrLost, Cause: cause}
 	}
-	if err := lk.l.release(ctx, sess, lk.key, lk.shared); err != nil {
+	if err := lk.l.release(ctx, sess, lk.key, lk.shared, lk.args); err != nil {
 		lk.markLost(err)
 		return &Error{Op: "unlock", Key: lk.key, Err: ErrLost, Cause: err}
 	}

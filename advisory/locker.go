@@ -324,8 +324,12 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	if d, ok := ctx.Deadline(); ok && !d.After(waitEnd) {
 		waitEnd, ctxBound = d, true
 	}
-	wctx, cancel := context.WithDeadline(ctx, waitEnd)
-	defer cancel()
+	wctx := ctx
+	if !ctxBound {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, waitEnd)
+		defer cancel()
+	}
 	// waitedOut reports whether the wait bound has passed (a timer of the
 	// driver's can fire just before the context's own).
 	waitedOut := func() bool { return wctx.Err() != nil || !time.Now().Before(waitEnd) }
@@ -360,8 +364,9 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 
 	var granted bool
 	var stmtCtx context.Context = wctx
+	args := keyArgs(key)
 	if try {
-		err = sess.queryRow(wctx, tryLockSQL[b2i(shared)][b2i(key.IsPair())], keyArgs(key), &granted)
+		err = sess.queryRow(wctx, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
 	} else {
 		remaining := time.Until(waitEnd)
 		if ctxBound {
@@ -420,11 +425,11 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	if ctx.Err() != nil {
 		// Granted, but the caller has gone: release it rather than hand
 		// over a lock nobody waits for.
-		l.release(ctx, sess, key, shared)
+		l.release(ctx, sess, key, shared, args)
 		sess = nil
 		return nil, ctxError(op, key, ctx)
 	}
-	lk := newLock(l, key, shared, sess, time.Now())
+	lk := newLock(l, key, shared, sess, args, time.Now())
 	// Report before handing over: should the observer panic, the deferred
 	// destroy still ends the session.
 	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Shared: shared,
@@ -449,7 +454,7 @@ func (l *Locker) sweep(ctx context.Context, sess session) {
 
 // release unlocks key on sess and returns it to the pool, or destroys it
 // when the unlock is not confirmed.
-func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool) error {
+func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool, args []any) error {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.unlockTimeout)
 	defer cancel()
 	var ok bool
@@ -459,7 +464,7 @@ func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool
 			sess.destroy()
 		}
 	}()
-	err := sess.queryRow(uctx, unlockSQL[b2i(shared)][b2i(key.IsPair())], keyArgs(key), &ok)
+	err := sess.queryRow(uctx, unlockSQL[b2i(shared)][b2i(key.IsPair())], args, &ok)
 	done = true
 	if err == nil && ok {
 		sess.release()
