@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WITHPG := $(GO) run ./internal/pgtest/cmd/withpg
 FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
-FUZZ_TARGETS := ./hash:FuzzTextExtended ./versioned:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite
+FUZZ_TARGETS := ./hash:FuzzTextExtended ./versioned:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./gormplugin:FuzzConditions
 
 .PHONY: test lint deps demo bench fuzz
 
