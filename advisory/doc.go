@@ -21,10 +21,11 @@
 //
 // # The contract
 //
-// Mutual exclusion: while a Lock from Lock (or a Do function) runs, no other
-// session — another goroutine's lock, another process, another machine — holds
-// the same key's exclusive lock, or its shared lock (RLock, TryRLock,
-// DoShared; shared holders exclude only exclusive ones).
+// Mutual exclusion: while an exclusive lock (Lock, TryLock, Do) is held —
+// from the moment it is returned until Unlock, or until it is lost — no
+// other session, whether another goroutine's lock, another process or
+// another machine, holds the same key in either mode. Shared holders
+// (RLock, TryRLock, DoShared) exclude only exclusive ones.
 //
 // One connection per lock: a lock is held on a connection pinned out of the
 // pool (database/sql: DB.Conn; pgx: Pool.Acquire) for exactly as long as it
@@ -73,8 +74,8 @@
 // function ends with a cause matching ErrLost, within one interval. (A
 // connection that silently stops answering is declared lost once a check
 // has waited max(interval, 1 s) for an answer.) The holder must then stop:
-// another holder may already have the
-// lock. An advisory lock is not a fencing token.
+// another holder may already have the lock. An advisory lock is not a
+// fencing token.
 //
 // # Re-locking a key
 //
@@ -103,8 +104,12 @@
 // connection is seen by another, or the backend changes between statements
 // of one connection — and every call then returns ErrUnsupported. Behind
 // such a pooler use transaction-level locks (package txlock); session locks
-// need a direct connection or session pooling. The keepalive also treats a
-// backend change during a hold as a loss.
+// need a direct connection or session pooling. The probe looks for the
+// evidence transaction pooling leaves (it takes two connections of the pool
+// for a moment, or one if the pool has only one, and closes them); a pooler
+// that by chance kept this client on one backend all through the probe
+// would pass it, so the keepalive also treats a backend change during a
+// hold as a loss.
 //
 // # Connections
 //
