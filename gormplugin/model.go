@@ -75,11 +75,11 @@ func parseModel(s *schema.Schema) *model {
 		}
 		ft := f.FieldType
 		if ft.Kind() == reflect.Pointer {
-			if _, _, ok := kindBounds(ft.Elem().Kind()); ok {
+			if _, _, ok := versioned.KindBounds(ft.Elem().Kind()); ok {
 				return bad("nullable versions (" + ft.String() + ") are not supported: use a plain integer field and a NOT NULL DEFAULT 1 column (see NullPolicy for NULLs already in the table)")
 			}
 		}
-		lo, hi, ok := kindBounds(ft.Kind())
+		lo, hi, ok := versioned.KindBounds(ft.Kind())
 		if !ok {
 			return bad("the version must be a Go integer type (int, int8 … int64, uint … uint64), not " + ft.String())
 		}
@@ -111,34 +111,6 @@ func parseModel(s *schema.Schema) *model {
 	m.tail = clause.Expr{SQL: ",? = ? + 1", Vars: []any{col, col}}
 	m.tailNull = clause.Expr{SQL: ",? = COALESCE(?, 0) + 1", Vars: []any{col, col}}
 	return m
-}
-
-func kindBounds(k reflect.Kind) (lo, hi int64, ok bool) {
-	switch k {
-	case reflect.Int:
-		lo, hi = versioned.Bounds[int]()
-	case reflect.Int8:
-		lo, hi = versioned.Bounds[int8]()
-	case reflect.Int16:
-		lo, hi = versioned.Bounds[int16]()
-	case reflect.Int32:
-		lo, hi = versioned.Bounds[int32]()
-	case reflect.Int64:
-		lo, hi = versioned.Bounds[int64]()
-	case reflect.Uint:
-		lo, hi = versioned.Bounds[uint]()
-	case reflect.Uint8:
-		lo, hi = versioned.Bounds[uint8]()
-	case reflect.Uint16:
-		lo, hi = versioned.Bounds[uint16]()
-	case reflect.Uint32:
-		lo, hi = versioned.Bounds[uint32]()
-	case reflect.Uint64:
-		lo, hi = versioned.Bounds[uint64]()
-	default:
-		return 0, 0, false
-	}
-	return lo, hi, true
 }
 
 // get reads the version of the struct rv.
