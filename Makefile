@@ -8,7 +8,7 @@ FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
 FUZZ_TARGETS := ./hash:FuzzTextExtended ./versioned:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./gormplugin:FuzzConditions
 
-.PHONY: test lint deps demo bench fuzz
+.PHONY: test lint deps demo bench bench-report fuzz
 
 test: deps lint
 	$(WITHPG) -- $(GO) test -race -count=1 -timeout 20m ./...
@@ -27,6 +27,10 @@ demo: deps
 
 bench: deps
 	$(WITHPG) -- $(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
+
+# Regenerates docs/benchmarks.md, docs/benchmarks.txt and docs/contention.svg.
+bench-report: deps
+	$(WITHPG) -- $(GO) run ./internal/benchreport
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

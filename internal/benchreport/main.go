@@ -1,0 +1,124 @@
+// Command benchreport regenerates docs/benchmarks.md and
+// docs/contention.svg (make bench-report): it runs every package's Go
+// benchmarks against the PostgreSQL in DATABASE_URL (the Makefile starts a
+// throwaway one), then the contention sweep on a private cluster with
+// production durability, and writes the tables and the plot.
+//
+//	go run ./internal/benchreport [-count 3] [-workers 1,2,4,8,16,32,64] [-out docs]
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlock/sqlock/internal/contention"
+	"github.com/sqlock/sqlock/internal/pgtest"
+)
+
+func main() {
+	count := flag.Int("count", 3, "go test -count for the benchmarks (medians are reported)")
+	workerList := flag.String("workers", "1,2,4,8,16,32,64", "worker counts for the contention sweep")
+	work := flag.Int("work", 2000, "increments per contention point (split among the workers)")
+	out := flag.String("out", "docs", "output directory")
+	skipBench := flag.Bool("skip-bench", false, "only the contention sweep")
+	flag.Parse()
+	if err := run(*count, *workerList, *work, *out, *skipBench); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		os.Exit(1)
+	}
+}
+
+func run(count int, workerList string, work int, out string, skipBench bool) error {
+	var workers []int
+	for _, s := range strings.Split(workerList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad worker count %q", s)
+		}
+		workers = append(workers, n)
+	}
+	started := time.Now()
+	var benches []bench
+	if !skipBench {
+		fmt.Fprintln(os.Stderr, "running go test -bench . ./… (this takes a few minutes)")
+		cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem",
+			"-count", strconv.Itoa(count), "-timeout", "30m", "./...")
+		var buf bytes.Buffer
+		cmd.Stdout = &buf
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			os.Stderr.Write(buf.Bytes())
+			return fmt.Errorf("benchmarks: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(out, "benchmarks.txt"), buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		benches = parse(buf.String())
+	}
+
+	fmt.Fprintln(os.Stderr, "contention sweep on a private cluster (fsync on)…")
+	ctx := context.Background()
+	cluster, err := pgtest.StartCluster(ctx, pgtest.Options{Settings: map[string]string{
+		"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on", "max_connections": "300",
+	}})
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	dbName, err := cluster.CreateDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	dsn := pgtest.WithDatabase(cluster.AdminDSN(), dbName)
+	var results []contention.Result
+	for _, w := range workers {
+		for _, mode := range contention.Modes {
+			per := max(work/w, 20)
+			r, err := contention.Run(ctx, dsn, mode, w, per)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "  %-20s %2d workers: %6.0f/s p50 %6.2fms p99 %7.2fms retries %d\n",
+				mode, w, r.Throughput, ms(r.P50), ms(r.P99), r.Retries)
+			results = append(results, r)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(out, "contention.svg"), []byte(plot(results, workers)), 0o644); err != nil {
+		return err
+	}
+	md := report(benches, results, workers, count, time.Since(started))
+	return os.WriteFile(filepath.Join(out, "benchmarks.md"), []byte(md), 0o644)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				if _, v, ok := strings.Cut(line, ":"); ok {
+					model = strings.TrimSpace(v)
+				}
+				break
+			}
+		}
+	}
+	pg := "PostgreSQL"
+	if out, err := exec.Command("sh", "-c", "ls -d /usr/lib/postgresql/*/bin/postgres | tail -1").Output(); err == nil {
+		if v, err := exec.Command(strings.TrimSpace(string(out)), "--version").Output(); err == nil {
+			pg = strings.TrimSpace(string(v))
+		}
+	}
+	return fmt.Sprintf("%d CPUs (%s), %s %s/%s, %s on a throwaway cluster over loopback TCP",
+		runtime.NumCPU(), model, runtime.Version(), runtime.GOOS, runtime.GOARCH, pg)
+}
