@@ -126,7 +126,7 @@ func WithLogger(l *slog.Logger) Option {
 func New(db *sql.DB, opts ...Option) *Locker {
 	var b backend
 	if db != nil {
-		b = sqlBackend{db}
+		b = newSQLBackend(db)
 	}
 	return newLocker(b, opts)
 }

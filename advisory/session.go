@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // A backend hands out pinned connections: *sql.DB (any PostgreSQL driver)
@@ -36,18 +38,34 @@ type session interface {
 // connection.
 const destroyTimeout = 5 * time.Second
 
-type sqlBackend struct{ db *sql.DB }
+type sqlBackend struct {
+	db *sql.DB
+	// pgx: the driver is pgx's stdlib, so statements can run on the
+	// *pgx.Conn underneath (through Conn.Raw). database/sql watches the
+	// context of every query with a goroutine of its own; pgx does not,
+	// which makes a lock cycle markedly cheaper.
+	pgx bool
+}
+
+func newSQLBackend(db *sql.DB) sqlBackend {
+	_, isPgx := db.Driver().(*stdlib.Driver)
+	return sqlBackend{db: db, pgx: isPgx}
+}
 
 func (b sqlBackend) conn(ctx context.Context) (session, error) {
 	c, err := b.db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if b.pgx {
+		return sqlPgxSession{sqlSession{c}}, nil
+	}
 	return sqlSession{c}, nil
 }
 
 func (b sqlBackend) maxConns() int { return b.db.Stats().MaxOpenConnections }
 
+// sqlSession runs statements through database/sql, for any driver.
 type sqlSession struct{ c *sql.Conn }
 
 func (s sqlSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
@@ -68,6 +86,39 @@ func (s sqlSession) release() { s.c.Close() }
 func (s sqlSession) destroy() {
 	s.c.Raw(func(any) error { return driver.ErrBadConn })
 	s.c.Close()
+}
+
+// sqlPgxSession runs statements on the *pgx.Conn under a database/sql
+// connection of pgx's stdlib driver. An error that leaves the pgx
+// connection closed is reported to database/sql as driver.ErrBadConn, so it
+// discards the connection.
+type sqlPgxSession struct{ sqlSession }
+
+func (s sqlPgxSession) run(f func(*pgx.Conn) error) error {
+	var ferr error
+	err := s.c.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		ferr = f(pc)
+		if ferr != nil && pc.IsClosed() {
+			return driver.ErrBadConn
+		}
+		return nil
+	})
+	if ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+func (s sqlPgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return s.run(func(c *pgx.Conn) error { return c.QueryRow(ctx, query, args...).Scan(dest...) })
+}
+
+func (s sqlPgxSession) exec(ctx context.Context, query string) error {
+	return s.run(func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, query)
+		return err
+	})
 }
 
 type pgxBackend struct{ p *pgxpool.Pool }
