@@ -149,20 +149,35 @@ func toLower(s string) string {
 	return string(b)
 }
 
-// boundedMap is a concurrent map that stops taking new entries at max.
+// boundedMap is a concurrent map that stops taking new entries at max. It
+// remembers the entry found last, so a caller that writes the same type to
+// the same table (or runs the same statement) again and again compares one
+// key instead of walking the map: fewer memory accesses on a path that runs
+// right after a network round trip, when caches are cold.
 type boundedMap[K comparable, V any] struct {
-	m   sync.Map
-	n   atomic.Int64
-	max int64
+	m    sync.Map // K → *entry[K, V]
+	n    atomic.Int64
+	max  int64
+	last atomic.Pointer[entry[K, V]]
+}
+
+type entry[K comparable, V any] struct {
+	k K
+	v V
 }
 
 func (b *boundedMap[K, V]) get(k K) (V, bool) {
-	v, ok := b.m.Load(k)
+	if e := b.last.Load(); e != nil && e.k == k {
+		return e.v, true
+	}
+	x, ok := b.m.Load(k)
 	if !ok {
 		var zero V
 		return zero, false
 	}
-	return v.(V), true
+	e := x.(*entry[K, V])
+	b.last.Store(e)
+	return e.v, true
 }
 
 // put stores v under k unless the map is full, and returns the stored value
@@ -171,11 +186,11 @@ func (b *boundedMap[K, V]) put(k K, v V) V {
 	if b.n.Load() >= b.max {
 		return v
 	}
-	got, loaded := b.m.LoadOrStore(k, v)
+	x, loaded := b.m.LoadOrStore(k, &entry[K, V]{k: k, v: v})
 	if !loaded {
 		b.n.Add(1)
 	}
-	return got.(V)
+	return x.(*entry[K, V]).v
 }
 
 // structArg checks that arg is a non-nil pointer to a struct and returns it.

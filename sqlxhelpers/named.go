@@ -16,10 +16,10 @@ type rewriteKey struct {
 // namedPlan is a rewritten statement bound to a struct type: the guarded SQL
 // and, per bind variable, the field it reads.
 type namedPlan struct {
-	ti   *typeInfo
-	g    *Guarded
-	trav [][]int // field index per parameter; nil at g.VersionArg
-	err  error
+	ti  *typeInfo
+	g   *Guarded
+	acc []accessor // the field per parameter; unused at g.VersionArg
+	err error
 }
 
 func (s *state) named(t reflect.Type, query string) (*namedPlan, error) {
@@ -47,7 +47,7 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 	}
 	p.g = g
 	sm := s.cfg.mapper.TypeMap(t)
-	p.trav = make([][]int, len(g.Params))
+	p.acc = make([]accessor, len(g.Params))
 	for i, name := range g.Params {
 		if i == g.VersionArg {
 			continue
@@ -57,7 +57,7 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 			p.err = &BindError{Param: name, Type: t, Reason: "no field maps to this name"}
 			return p
 		}
-		p.trav[i] = fi.Index
+		p.acc[i] = newAccessor(t, fi.Index)
 	}
 	return p
 }
@@ -111,39 +111,41 @@ func (h *Helper) NamedExec(ctx context.Context, query string, arg any) error {
 	if err != nil {
 		return err
 	}
-	ver := p.ti.model.Version
-	exp, err := ver.Get(rv)
+	ti := p.ti
+	exp, err := ti.versionOf(rv)
 	if err != nil {
 		return err
 	}
 	if p.g.Op == versioned.OpUpdate {
-		if _, err := ver.Next(exp); err != nil {
+		if err := ti.checkNext(exp); err != nil {
 			return err
 		}
 	}
-	elem := rv.Elem()
-	args := make([]any, len(p.trav))
-	for i, idx := range p.trav {
+	elem, base := rv.Elem(), rv.UnsafePointer()
+	args := make([]any, len(p.acc))
+	for i := range p.acc {
 		if i == p.g.VersionArg {
 			args[i] = exp
 		} else {
-			args[i] = readField(elem, idx)
+			args[i] = p.acc[i].get(base, elem)
 		}
 	}
 	res, err := ex.ExecContext(ctx, p.g.SQL, args...)
 	if err != nil {
 		return fmt.Errorf("sqlxhelpers: %s %s: %w", p.g.Op, p.g.Table, err)
 	}
-	var key any
-	if len(p.ti.keys) > 0 {
-		key, _ = p.ti.model.KeyOf(rv) // for the error only: the statement's WHERE is the user's
-	}
-	g := versioned.Guard{Table: p.g.Table, Key: key, Expected: exp, Op: p.g.Op, Observer: h.s.cfg.observer}
-	if err := g.CheckContext(ctx, res, nil); err != nil {
-		return err
+	if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
+		// The key is for the error only (the statement's WHERE is the
+		// user's), so it is read only when there is an error to report.
+		var key any
+		if len(p.ti.keys) > 0 {
+			key, _ = p.ti.key(p.g.Table, rv)
+		}
+		g := versioned.Guard{Table: p.g.Table, Key: key, Expected: exp, Op: p.g.Op, Observer: h.s.cfg.observer}
+		return g.CheckContext(ctx, res, nil)
 	}
 	if p.g.Op == versioned.OpUpdate {
-		return ver.Set(rv, exp+1)
+		return ti.setVersion(rv, exp+1)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ type planKey struct {
 type structPlan struct {
 	ti  *typeInfo
 	sql string
-	set [][]int // field indexes of the assigned values, in bind order
+	set []accessor // the assigned fields, in bind order
 	err error
 }
 
@@ -138,7 +138,7 @@ func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writ
 			b.WriteString(" = ")
 			bind()
 			b.WriteString(", ")
-			p.set = append(p.set, c.index)
+			p.set = append(p.set, newAccessor(t, c.index))
 		}
 		b.WriteString(qv)
 		b.WriteString(" = ")
@@ -236,24 +236,24 @@ func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr a
 	if err != nil {
 		return err
 	}
-	ver := p.ti.model.Version
-	exp, err := ver.Get(rv)
+	ti := p.ti
+	exp, err := ti.versionOf(rv)
 	if err != nil {
 		return err
 	}
 	if op == versioned.OpUpdate {
-		if _, err := ver.Next(exp); err != nil {
+		if err := ti.checkNext(exp); err != nil {
 			return err
 		}
 	}
-	key, err := p.ti.key(table, rv)
+	key, err := ti.key(table, rv)
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, len(p.set)+len(p.ti.keys)+1)
-	elem := rv.Elem()
-	for _, idx := range p.set {
-		args = append(args, readField(elem, idx))
+	args := make([]any, 0, len(p.set)+len(ti.keys)+1)
+	elem, base := rv.Elem(), rv.UnsafePointer()
+	for i := range p.set {
+		args = append(args, p.set[i].get(base, elem))
 	}
 	args = appendKey(args, key)
 	args = append(args, exp)
@@ -261,12 +261,12 @@ func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr a
 	if err != nil {
 		return fmt.Errorf("sqlxhelpers: %s %s: %w", opName, table, err)
 	}
-	g := versioned.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer}
-	if err := g.CheckContext(ctx, res, nil); err != nil {
-		return err
+	if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
+		g := versioned.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer}
+		return g.CheckContext(ctx, res, nil)
 	}
 	if op == versioned.OpUpdate {
-		return ver.Set(rv, exp+1)
+		return ti.setVersion(rv, exp+1)
 	}
 	return nil
 }
