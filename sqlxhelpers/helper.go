@@ -43,8 +43,8 @@ func WithBindType(bindType int) Option {
 	return func(c *config) { c.bindType, c.bindSet = bindType, true }
 }
 
-// WithObserver reports each stale write (observe.Stale, Source
-// "sqlxhelpers") to o. The default does nothing.
+// WithObserver reports each stale write (observe.Stale, reported through
+// versioned.Guard, so Source "versioned") to o. The default does nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.observer = observe.OrNop(o) }
 }
