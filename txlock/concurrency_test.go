@@ -46,7 +46,7 @@ func TestLockPreventsLostUpdates(t *testing.T) {
 	db.Exec("CREATE TABLE counter (id int PRIMARY KEY, n bigint NOT NULL)")
 	admin := db.Pool()
 	ctx := context.Background()
-	for i, be := range backends(t, db, bePgxPool, beFold) {
+	for i, be := range backends(t, db, bePgxPool, beSQL, beFold) {
 		t.Run(be.name, func(t *testing.T) {
 			id := i + 1
 			db.Exec("INSERT INTO counter VALUES ($1, 0)", id)

@@ -40,22 +40,26 @@ func (f foldConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return conn, nil
 }
 
+// stdConn names the embedded field of foldConn so that it does not hide
+// the promoted Conn() *pgx.Conn method.
+type stdConn = stdlib.Conn
+
 // foldConn is a *stdlib.Conn (every method and optional driver interface of
-// it promoted) whose BeginTx, when the context carries a txlock attempt
-// whose locks are still to be taken, sends BEGIN and the lock statements as
-// one message.
-type foldConn struct{ *stdlib.Conn }
+// it promoted, Conn() included) whose BeginTx, when the context carries a
+// txlock attempt whose locks are still to be taken, sends BEGIN and the lock
+// statements as one message.
+type foldConn struct{ *stdConn }
 
 func (c *foldConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	a := attemptFrom(ctx)
 	if a == nil {
-		return c.Conn.BeginTx(ctx, opts)
+		return c.stdConn.BeginTx(ctx, opts)
 	}
 	iso, ok := sqlIsolation(opts.Isolation)
 	if !ok || !a.claimFold() {
-		return c.Conn.BeginTx(ctx, opts) // the driver's own error for an unknown level
+		return c.stdConn.BeginTx(ctx, opts) // the driver's own error for an unknown level
 	}
-	conn := c.Conn.Conn()
+	conn := c.Conn()
 	if conn.IsClosed() {
 		a.endFold(false)
 		return nil, driver.ErrBadConn

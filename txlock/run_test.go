@@ -139,25 +139,61 @@ func TestDeadlockInsideFnRetried(t *testing.T) {
 	}
 }
 
-// DoPgx on a pool connection the caller acquired.
-func TestPgxPoolConn(t *testing.T) {
+// Do and DoPgx on connections the caller holds: a *pgxpool.Conn, and a
+// *sql.Conn (of a plain *sql.DB and of an OpenDB one).
+func TestCallerHeldConnections(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
 	pool := db.Pool()
 	ctx := context.Background()
+	key := advisory.KeyOf("held-conn")
+	want := expectLocks("ExclusiveLock", key)
 	pc, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Release()
-	key := advisory.KeyOf("pool-conn")
 	err = txlock.DoPgx(ctx, pc, key, func(ctx context.Context, tx pgx.Tx) error {
-		if got := advisoryLocks(t, pool); !reflect.DeepEqual(got, expectLocks("ExclusiveLock", key)) {
+		if got := advisoryLocks(t, pool); !reflect.DeepEqual(got, want) {
 			t.Errorf("pg_locks %v", got)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fold := txlock.OpenDB(*cfg)
+	defer fold.Close()
+	for _, h := range []*sql.DB{db.SQL(), fold} {
+		conn, err := h.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = txlock.Do(ctx, conn, key, func(ctx context.Context, tx *sql.Tx) error {
+			if got := advisoryLocks(t, pool); !reflect.DeepEqual(got, want) {
+				t.Errorf("pg_locks %v", got)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The raw driver connection still reaches pgx.
+		if err := conn.Raw(func(dc any) error {
+			if _, ok := dc.(interface{ Conn() *pgx.Conn }); !ok {
+				t.Errorf("%T does not expose Conn() *pgx.Conn", dc)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+	}
+	if got := advisoryLocks(t, pool); len(got) != 0 {
+		t.Fatalf("locks left: %v", got)
 	}
 }
