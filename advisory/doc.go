@@ -42,9 +42,9 @@
 // connection destroyed before the call returns. Unlock runs on a context
 // detached from the caller's cancellation (context.WithoutCancel) with a
 // deadline of its own (WithUnlockTimeout), so a cancelled request still
-// unlocks. No goroutine outlives its lock: the keepalive is a timer whose
-// callback runs one check at a time and never touches the connection
-// together with Unlock, which stops it and waits for a check in progress.
+// unlocks. No goroutine outlives its lock: a keepalive check runs in a
+// goroutine of its own, one at a time per lock, never together with Unlock,
+// which stops the checks and waits for one in progress.
 //
 // Bounded, server-side waits: Lock and RLock wait inside PostgreSQL, in its
 // fair queue and visible to its deadlock detector, for at most the wait
@@ -71,7 +71,8 @@
 // lock's connection with one round trip. When the connection dies — the
 // backend is terminated, the server restarts, the connection is reset —
 // Lost is closed, Err and Unlock report ErrLost, and the context Do gave its
-// function ends with a cause matching ErrLost, within one interval. (A
+// function ends with a cause matching ErrLost, within 1¼ intervals (checks
+// run every interval to 1¼; one timer per Locker schedules them all). (A
 // connection that silently stops answering is declared lost once a check
 // has waited max(interval, 1 s) for an answer.) The holder must then stop:
 // another holder may already have the lock. An advisory lock is not a

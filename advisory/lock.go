@@ -19,16 +19,17 @@ type Lock struct {
 	shared   bool
 	acquired time.Time
 
-	// sess is used by one goroutine at a time: a keepalive check (a timer
-	// callback), or Unlock once it has stopped the timer and waited for a
-	// running check (a pinned connection is not safe for concurrent use).
-	// nil once destroyed.
-	sess    session
-	pid     int32          // backend pid seen by the first check; the checks' own
-	timer   *time.Timer    // the next keepalive check
-	checks  sync.WaitGroup // a scheduled or running check
-	kmu     sync.Mutex     // guards stopped and timer
-	stopped bool           // Unlock has begun: schedule no more checks
+	// sess is used by one goroutine at a time: a keepalive check, or
+	// Unlock once it has stopped the checks and waited for a running one (a
+	// pinned connection is not safe for concurrent use). nil once
+	// destroyed.
+	sess     session
+	pid      int32          // backend pid seen by the first check; the checks' own
+	checks   sync.WaitGroup // a running check
+	kmu      sync.Mutex     // guards the three below
+	next     time.Time      // when the next check is due
+	checking bool           // a check runs
+	stopped  bool           // Unlock has begun, or the lock is lost: no more checks
 
 	args []any // the key's bind parameters
 
@@ -59,24 +60,32 @@ func (lk *Lock) lostContext() context.Context {
 	return lk.lostCtx
 }
 
-// start schedules the first keepalive check. No goroutine runs between
-// checks.
+// start hands the lock to its Locker's keeper for keepalive checks.
 func (lk *Lock) start() {
-	lk.kmu.Lock() // the first check may run before AfterFunc returns
-	defer lk.kmu.Unlock()
-	lk.checks.Add(1)
-	lk.timer = time.AfterFunc(lk.l.cfg.keepalive, lk.check)
+	lk.next = lk.acquired.Add(lk.l.cfg.keepalive) // before the keeper can see lk
+	lk.l.keeper.add(lk)
 }
 
-// stopChecks stops the keepalive and waits for a check in progress, after
+// checkIfDue starts a check if one is due and none runs (called by the
+// keeper's tick).
+func (lk *Lock) checkIfDue(now time.Time) {
+	lk.kmu.Lock()
+	defer lk.kmu.Unlock()
+	if lk.stopped || lk.checking || now.Before(lk.next) {
+		return
+	}
+	lk.checking = true
+	lk.checks.Add(1)
+	go lk.check()
+}
+
+// stopChecks ends the keepalive and waits for a check in progress, after
 // which the caller alone uses the connection.
 func (lk *Lock) stopChecks() {
 	lk.kmu.Lock()
 	lk.stopped = true
-	if lk.timer.Stop() { // the scheduled check will not run
-		lk.checks.Done()
-	}
 	lk.kmu.Unlock()
+	lk.l.keeper.remove(lk)
 	lk.checks.Wait()
 }
 
@@ -87,7 +96,7 @@ func (lk *Lock) Key() Key { return lk.key }
 func (lk *Lock) Shared() bool { return lk.shared }
 
 // Lost returns a channel that is closed when the lock is lost: its
-// connection died (seen by the keepalive, within one interval), the server
+// connection died (seen by the keepalive within 1¼ intervals), the server
 // moved the session, or an unlock could not be confirmed. A successful
 // Unlock never closes it.
 func (lk *Lock) Lost() <-chan struct{} { return lk.lostContext().Done() }
@@ -145,19 +154,13 @@ func pingTimeout(interval time.Duration) time.Duration {
 	return max(interval, time.Second)
 }
 
-// check is one keepalive check, run by the timer: it pings the connection
-// and schedules the next check, or on failure destroys the connection and
-// reports the loss. A connection that fails visibly (reset, closed, backend
-// terminated) is reported at the next check, within one interval; one that
-// stops answering, when a check has had no answer for pingTimeout.
+// check is one keepalive check, started by the keeper: it pings the
+// connection, or on failure destroys the connection and reports the loss.
+// A connection that failed visibly (reset, closed, backend terminated) is
+// reported by the next check, within 1¼ intervals; one that stops
+// answering, when a check has had no answer for pingTimeout.
 func (lk *Lock) check() {
 	defer lk.checks.Done()
-	lk.kmu.Lock()
-	stopped := lk.stopped
-	lk.kmu.Unlock()
-	if stopped {
-		return
-	}
 	interval := lk.l.cfg.keepalive
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout(interval))
 	var pid int32
@@ -169,15 +172,17 @@ func (lk *Lock) check() {
 	if err != nil {
 		lk.sess.destroy()
 		lk.sess = nil
+		lk.kmu.Lock()
+		lk.stopped, lk.checking = true, false
+		lk.kmu.Unlock()
+		lk.l.keeper.remove(lk)
 		lk.markLost(err)
 		return
 	}
 	lk.pid = pid
 	lk.kmu.Lock()
-	if !lk.stopped {
-		lk.checks.Add(1)
-		lk.timer.Reset(interval)
-	}
+	lk.checking = false
+	lk.next = time.Now().Add(interval)
 	lk.kmu.Unlock()
 }
 

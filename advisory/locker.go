@@ -32,6 +32,8 @@ type Locker struct {
 	cfg config
 	err error // from New: nil handle or invalid option
 
+	keeper *keeper // keepalive checks of the held locks
+
 	verified atomic.Bool
 	probeSem chan struct{} // one probe at a time; guards probeErr
 	probeErr error         // a definitive refusal (ErrUnsupported)
@@ -65,9 +67,10 @@ func WithWaitTimeout(d time.Duration) Option {
 // WithKeepalive sets how often a held lock's connection is checked (one
 // round trip, SELECT pg_backend_pid(); default DefaultKeepalive). A lock
 // whose connection failed visibly — reset, closed, its backend terminated,
-// the server shut down — is reported through Lost at the next check, within
-// one interval. A connection that silently stops answering is reported when
-// a check has waited max(interval, 1s) for an answer. It must be positive.
+// the server shut down — is reported through Lost by the next check: checks
+// run every interval to 1¼ intervals, all of a Locker's from one timer. A
+// connection that silently stops answering is reported when a check has
+// waited max(interval, 1s) for an answer. It must be positive.
 func WithKeepalive(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -165,6 +168,7 @@ func newLocker(b backend, opts []Option) *Locker {
 			return l
 		}
 	}
+	l.keeper = newKeeper(l.cfg.keepalive)
 	return l
 }
 
