@@ -26,9 +26,6 @@ type typeInfo struct {
 	versionParam string   // the named parameter that carries the version
 	keys         []column // in the model's key order
 	cols         []column // the columns Update writes by default, in declaration order
-	plainKey     bool     // one key field, of a predeclared integer or string type
-	keyAcc       accessor // its accessor, when plainKey
-	vacc         versionAccessor
 	vmin, vmax   int64 // the version field's range
 	err          error
 }
@@ -93,17 +90,6 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 		ti.keys = append(ti.keys, column{name: name, index: k.Index})
 		taken[name] = true
 	}
-	if len(model.Keys) == 1 {
-		ti.keyAcc = newAccessor(t, model.Keys[0].Index)
-		switch ti.keyAcc.kind {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.String:
-			// A predeclared type: no Value method, so it is a key exactly
-			// when it is not zero, as versioned.Model.KeyOf decides.
-			ti.plainKey = true
-		}
-	}
-	ti.vacc = newVersionAccessor(t, model.Version.Index)
 	ti.vmin, ti.vmax = model.Version.Min, model.Version.Max
 	// Default columns: every field sqlx maps to a top-level name, that is a
 	// value (not a struct whose own fields are mapped), except the version
@@ -161,12 +147,6 @@ func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
 		return nil, &versioned.KeyError{Table: table,
 			Reason: "no key field in " + ti.t.String() + `: tag the key field(s) lock:"key", or have one field named ID / db:"id"`}
 	}
-	if ti.plainKey {
-		p := rv.UnsafePointer()
-		if zero, _ := ti.keyAcc.isZero(p); !zero {
-			return ti.keyAcc.get(p, rv.Elem()), nil
-		}
-	}
 	k, err := ti.model.KeyOf(rv)
 	if err != nil {
 		if ke, ok := err.(*versioned.KeyError); ok {
@@ -181,9 +161,6 @@ func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
 
 // version returns the version held by the struct rv points to.
 func (ti *typeInfo) versionOf(rv reflect.Value) (int64, error) {
-	if n, ok := ti.vacc.get(rv.UnsafePointer()); ok {
-		return n, nil
-	}
 	return ti.model.Version.Get(rv)
 }
 
@@ -199,9 +176,6 @@ func (ti *typeInfo) checkNext(exp int64) error {
 
 // setVersion stores n (within range: checkNext passed for n-1).
 func (ti *typeInfo) setVersion(rv reflect.Value, n int64) error {
-	if ti.vacc.set(rv.UnsafePointer(), n) {
-		return nil
-	}
 	return ti.model.Version.Set(rv, n)
 }
 

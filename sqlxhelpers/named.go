@@ -18,7 +18,7 @@ type rewriteKey struct {
 type namedPlan struct {
 	ti  *typeInfo
 	g   *Guarded
-	acc []accessor // the field per parameter; unused at g.VersionArg
+	idx [][]int // the field index per parameter; unused at g.VersionArg
 	err error
 }
 
@@ -47,7 +47,7 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 	}
 	p.g = g
 	sm := s.cfg.mapper.TypeMap(t)
-	p.acc = make([]accessor, len(g.Params))
+	p.idx = make([][]int, len(g.Params))
 	for i, name := range g.Params {
 		if i == g.VersionArg {
 			continue
@@ -57,7 +57,7 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 			p.err = &BindError{Param: name, Type: t, Reason: "no field maps to this name"}
 			return p
 		}
-		p.acc[i] = newAccessor(t, fi.Index)
+		p.idx[i] = fi.Index
 	}
 	return p
 }
@@ -121,13 +121,13 @@ func (h *Helper) NamedExec(ctx context.Context, query string, arg any) error {
 			return err
 		}
 	}
-	elem, base := rv.Elem(), rv.UnsafePointer()
-	args := make([]any, len(p.acc))
-	for i := range p.acc {
+	elem := rv.Elem()
+	args := make([]any, len(p.idx))
+	for i := range p.idx {
 		if i == p.g.VersionArg {
 			args[i] = exp
 		} else {
-			args[i] = p.acc[i].get(base, elem)
+			args[i] = readField(elem, p.idx[i])
 		}
 	}
 	res, err := ex.ExecContext(ctx, p.g.SQL, args...)

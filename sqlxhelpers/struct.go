@@ -40,7 +40,7 @@ type planKey struct {
 type structPlan struct {
 	ti  *typeInfo
 	sql string
-	set []accessor // the assigned fields, in bind order
+	set [][]int // the assigned fields' indexes, in bind order
 	err error
 }
 
@@ -138,7 +138,7 @@ func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writ
 			b.WriteString(" = ")
 			bind()
 			b.WriteString(", ")
-			p.set = append(p.set, newAccessor(t, c.index))
+			p.set = append(p.set, c.index)
 		}
 		b.WriteString(qv)
 		b.WriteString(" = ")
@@ -251,9 +251,9 @@ func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr a
 		return err
 	}
 	args := make([]any, 0, len(p.set)+len(ti.keys)+1)
-	elem, base := rv.Elem(), rv.UnsafePointer()
-	for i := range p.set {
-		args = append(args, p.set[i].get(base, elem))
+	elem := rv.Elem()
+	for _, idx := range p.set {
+		args = append(args, readField(elem, idx))
 	}
 	args = appendKey(args, key)
 	args = append(args, exp)
