@@ -26,7 +26,7 @@ type typeInfo struct {
 	versionParam string   // the named parameter that carries the version
 	keys         []column // in the model's key order
 	cols         []column // the columns Update writes by default, in declaration order
-	vmin, vmax   int64 // the version field's range
+	vmin, vmax   int64    // the version field's range
 	err          error
 }
 
