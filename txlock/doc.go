@@ -95,9 +95,11 @@
 //
 // (for BEGIN, one UPDATE and COMMIT; counted on the wire by TestRoundTrips).
 // With pgx, pgx.TxOptions.BeginQuery carries
-// "BEGIN [ISOLATION LEVEL …];SET LOCAL lock_timeout = '…ms';SELECT
-// pg_advisory_xact_lock(<key>)[;…]" as one simple-protocol message, whatever
-// the options: shared, try-once, several keys. TryOnce needs
+//
+//	BEGIN [ISOLATION LEVEL …];SET LOCAL lock_timeout = '…ms';SELECT pg_catalog.pg_advisory_xact_lock(<key>)[;…]
+//
+// as one simple-protocol message, whatever the options: shared, try-once,
+// several keys. TryOnce needs
 // pg_try_advisory_xact_lock's answer in that same message, so its statement
 // turns false into an error (a cast of a marker text to int) that txlock
 // reads back as ErrNotAcquired. database/sql has no way to change BEGIN, so

@@ -72,21 +72,23 @@ func newPlan(keys []advisory.Key, c *config) (*plan, error) {
 // message as BEGIN where the driver allows) or on their own inside the
 // transaction:
 //
-//	SET LOCAL lock_timeout = '5000ms';SELECT pg_advisory_xact_lock(42)
+//	SET LOCAL lock_timeout = '5000ms';SELECT pg_catalog.pg_advisory_xact_lock(42)
 //
 // Keys are locked one statement each, in canonical order, so the lock order
 // is the statement order. Key arguments are integer literals formatted by
 // advisory.Key.AppendArgs and the timeout is formatted from a Duration:
 // nothing a caller wrote is ever part of the text.
 func (p *plan) appendLockSQL(b []byte) []byte {
-	fn := "pg_advisory_xact_lock"
+	// Qualified, so that no function of the same name on the search_path
+	// can stand in for them.
+	fn := "pg_catalog.pg_advisory_xact_lock"
 	switch {
 	case p.tryOnce && p.shared:
-		fn = "pg_try_advisory_xact_lock_shared"
+		fn = "pg_catalog.pg_try_advisory_xact_lock_shared"
 	case p.tryOnce:
-		fn = "pg_try_advisory_xact_lock"
+		fn = "pg_catalog.pg_try_advisory_xact_lock"
 	case p.shared:
-		fn = "pg_advisory_xact_lock_shared"
+		fn = "pg_catalog.pg_advisory_xact_lock_shared"
 	}
 	if p.timeout > 0 {
 		b = append(b, "SET LOCAL lock_timeout = '"...)

@@ -156,9 +156,12 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, n int, begin Beg
 	// with the synchronous ROLLBACK below and, with pgx's driver, closing
 	// the connection — so it must not end while fn runs: fn's statements
 	// get the caller's ctx and are interrupted by it as usual.
-	tctx, tcancel := context.WithCancel(context.WithoutCancel(ctx))
+	tctx, tcancel, disarm := ctx, func() {}, func() bool { return true }
+	if ctx.Done() != nil {
+		tctx, tcancel = context.WithCancel(context.WithoutCancel(ctx))
+		disarm = context.AfterFunc(ctx, tcancel)
+	}
 	defer tcancel()
-	disarm := context.AfterFunc(ctx, tcancel)
 	start := time.Now()
 	v, tx, err := begin(context.WithValue(tctx, attemptKey{}, a), a)
 	disarm()
@@ -202,7 +205,9 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, n int, begin Beg
 		c.observe(ctx, p, observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked)})
 		return err
 	}
-	disarm = context.AfterFunc(ctx, tcancel)
+	if ctx.Done() != nil {
+		disarm = context.AfterFunc(ctx, tcancel)
+	}
 	err = tx.Commit(ctx)
 	disarm()
 	ev := observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked), Err: err}

@@ -1,0 +1,143 @@
+package txlock
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlock/sqlock/advisory"
+)
+
+// The exact statements txlock sends: keys as integer literals in canonical
+// order, duplicates once, the timeout in whole milliseconds.
+func TestLockSQL(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keys []advisory.Key
+		opts []Option
+		want string
+	}{
+		{"default", []advisory.Key{advisory.KeyInt(42)}, nil,
+			"SET LOCAL lock_timeout = '5000ms';SELECT pg_catalog.pg_advisory_xact_lock(42)"},
+		{"no timeout", []advisory.Key{advisory.KeyInt(-42)}, []Option{WithTimeout(0)},
+			"SELECT pg_catalog.pg_advisory_xact_lock(-42)"},
+		{"rounded up", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(1500*time.Microsecond + 1)},
+			"SET LOCAL lock_timeout = '2ms';SELECT pg_catalog.pg_advisory_xact_lock(1)"},
+		{"never 0", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(time.Nanosecond)},
+			"SET LOCAL lock_timeout = '1ms';SELECT pg_catalog.pg_advisory_xact_lock(1)"},
+		{"capped", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(math.MaxInt64)},
+			"SET LOCAL lock_timeout = '2147483647ms';SELECT pg_catalog.pg_advisory_xact_lock(1)"},
+		{"shared, canonical order, duplicates once",
+			[]advisory.Key{advisory.KeyPair(-1, 2), advisory.KeyInt(math.MaxInt64), advisory.KeyInt(math.MinInt64), advisory.KeyInt(math.MaxInt64)},
+			[]Option{Shared(), WithTimeout(time.Second)},
+			"SET LOCAL lock_timeout = '1000ms';SELECT pg_catalog.pg_advisory_xact_lock_shared(-9223372036854775808);" +
+				"SELECT pg_catalog.pg_advisory_xact_lock_shared(9223372036854775807);SELECT pg_catalog.pg_advisory_xact_lock_shared(-1,2)"},
+		{"try once ignores the timeout", []advisory.Key{advisory.KeyInt(7), advisory.KeyInt(3)}, []Option{TryOnce(), WithTimeout(time.Second)},
+			"SELECT (CASE WHEN pg_catalog.pg_try_advisory_xact_lock(3) THEN '1' ELSE 'sqlock: advisory lock held elsewhere' END)::int;" +
+				"SELECT (CASE WHEN pg_catalog.pg_try_advisory_xact_lock(7) THEN '1' ELSE 'sqlock: advisory lock held elsewhere' END)::int"},
+		{"try once shared", []advisory.Key{advisory.KeyPair(1, 2)}, []Option{TryOnce(), Shared()},
+			"SELECT (CASE WHEN pg_catalog.pg_try_advisory_xact_lock_shared(1,2) THEN '1' ELSE 'sqlock: advisory lock held elsewhere' END)::int"},
+	} {
+		c := newConfig(tc.opts)
+		p, err := newPlan(tc.keys, &c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if p.lockSQL != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, p.lockSQL, tc.want)
+		}
+	}
+}
+
+func TestBeginSQL(t *testing.T) {
+	c := newConfig([]Option{WithTimeout(0), WithPgxTxOptions(pgx.TxOptions{
+		IsoLevel: pgx.Serializable, AccessMode: pgx.ReadOnly, DeferrableMode: pgx.Deferrable, CommitQuery: "COMMIT"})})
+	p, err := newPlan([]advisory.Key{advisory.KeyInt(5)}, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Attempt{plan: p, cfg: &c}
+	o := a.PgxTxOptions()
+	want := "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE;SELECT pg_catalog.pg_advisory_xact_lock(5)"
+	if o.BeginQuery != want || o.CommitQuery != "COMMIT" {
+		t.Fatalf("got %+v", o)
+	}
+	// Folded once per attempt: a second call gets the plain options.
+	if o := a.PgxTxOptions(); o.BeginQuery != "" || o.IsoLevel != pgx.Serializable {
+		t.Fatalf("second call: %+v", o)
+	}
+	// A caller's BeginQuery is never replaced.
+	c = newConfig([]Option{WithPgxTxOptions(pgx.TxOptions{BeginQuery: "BEGIN PRIORITY HIGH"})})
+	a = &Attempt{plan: p, cfg: &c}
+	if o := a.PgxTxOptions(); o.BeginQuery != "BEGIN PRIORITY HIGH" || a.state.Load() != statePending {
+		t.Fatalf("caller's BeginQuery: %+v", o)
+	}
+	for _, bad := range []pgx.TxOptions{{IsoLevel: "snapshot"}, {AccessMode: "read only; DROP TABLE x"}, {DeferrableMode: "maybe"}} {
+		c := newConfig([]Option{WithPgxTxOptions(bad)})
+		if _, err := newPlan([]advisory.Key{advisory.KeyInt(1)}, &c); !errors.Is(err, ErrTxOptions) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+	for level, want := range map[sql.IsolationLevel]string{
+		sql.LevelDefault: "", sql.LevelReadCommitted: "READ COMMITTED", sql.LevelSnapshot: "REPEATABLE READ",
+		sql.LevelSerializable: "SERIALIZABLE", sql.LevelReadUncommitted: "READ UNCOMMITTED",
+	} {
+		if got, ok := sqlIsolation(driver.IsolationLevel(level)); !ok || got != want {
+			t.Errorf("%v: %q %v", level, got, ok)
+		}
+	}
+	if _, ok := sqlIsolation(driver.IsolationLevel(sql.LevelLinearizable)); ok {
+		t.Error("linearizable accepted")
+	}
+}
+
+type sqlStateErr string
+
+func (e sqlStateErr) Error() string    { return "server says " + string(e) }
+func (e sqlStateErr) SQLState() string { return string(e) }
+
+type notSent struct{}
+
+func (notSent) Error() string     { return "not sent" }
+func (notSent) SafeToRetry() bool { return true }
+
+// Which COMMIT errors leave the outcome unknown.
+func TestCommitAmbiguous(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		ambiguous bool
+	}{
+		{&pgconn.PgError{Severity: "ERROR", Code: "40001"}, false},
+		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "23505"}, false},
+		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: "ERROR", Code: "23503"}), false},
+		{&pgconn.PgError{Severity: "FATAL", Code: "57P01"}, true},
+		{&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "XX000"}, true},
+		{&pgconn.PgError{Severity: "PANIC", Code: "XX000"}, true},
+		{pgx.ErrTxCommitRollback, false},
+		{pgx.ErrTxClosed, false},
+		{sql.ErrTxDone, false},
+		{errors.New("pq: could not complete operation in a failed transaction"), false},
+		{notSent{}, false},
+		{sqlStateErr("40001"), false},
+		{sqlStateErr("08006"), true},
+		{sqlStateErr("57P01"), true},
+		{context.Canceled, true},
+		{context.DeadlineExceeded, true},
+		{io.ErrUnexpectedEOF, true},
+		{driver.ErrBadConn, true},
+		{errors.New("conn closed"), true},
+	} {
+		if got := commitAmbiguous(tc.err); got != tc.ambiguous {
+			t.Errorf("%v: ambiguous = %v, want %v", tc.err, got, tc.ambiguous)
+		}
+	}
+}
