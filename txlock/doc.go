@@ -87,11 +87,11 @@
 //
 // The cost of the lock is round trips, so it travels with BEGIN where it can:
 //
-//	handle                                     unlocked tx   locked tx (Do/DoPgx)
-//	pgx: *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn   3            3 (BEGIN carries the locks)
-//	database/sql opened with OpenDB/WrapConnector  3            3 (BEGIN carries the locks)
-//	any other *sql.DB (pgx stdlib, lib/pq, …)      3            4 (locks right after BEGIN)
-//	other PgxDB, or a caller-set BeginQuery        3            4
+//	handle                                          unlocked tx   locked tx (Do/DoPgx)
+//	pgx: *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn    3             3 (BEGIN carries the locks)
+//	database/sql opened with OpenDB/WrapConnector   3             3 (BEGIN carries the locks)
+//	any other *sql.DB (pgx stdlib, lib/pq, …)       3             4 (locks right after BEGIN)
+//	another PgxDB, or a caller-set BeginQuery       3             4
 //
 // (for BEGIN, one UPDATE and COMMIT; counted on the wire by TestRoundTrips).
 // With pgx, pgx.TxOptions.BeginQuery carries
@@ -113,7 +113,10 @@
 // Transaction-level locks work through PgBouncer in transaction mode: the
 // server connection is the client's from BEGIN to COMMIT, and the lock ends
 // with the transaction (tested with the Debian package). Session locks
-// (package advisory) do not.
+// (package advisory) do not. txlock's own statements are argument-less
+// simple queries, which any pooler passes; fn's are the caller's business
+// (PgBouncer before 1.21 has no named prepared statements in transaction
+// mode: with pgx, use default_query_exec_mode=exec or simple_protocol).
 //
 // # Observability
 //
