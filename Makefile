@@ -26,7 +26,7 @@ demo: deps
 	$(GO) run ./cmd/sqlock-demo
 
 bench: deps
-	$(WITHPG) -- $(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
+	$(WITHPG) -- $(GO) test -p 1 -run='^$$' -bench=. -benchmem -count=1 ./...
 
 # Regenerates docs/benchmarks.md, docs/benchmarks.txt and docs/contention.svg.
 bench-report: deps

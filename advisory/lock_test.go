@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -611,32 +612,11 @@ func TestShared(t *testing.T) {
 	})
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []observe.Event
-}
-
-func (r *recorder) Observe(_ context.Context, e observe.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) outcomes() map[observe.Outcome]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := map[observe.Outcome]int{}
-	for _, e := range r.events {
-		m[e.Outcome]++
-	}
-	return m
-}
-
 func TestObserver(t *testing.T) {
 	leakCheck(t)
 	db := pgtest.New(t)
 	ctx := context.Background()
-	var rec recorder
+	var rec observetest.Recorder
 	l := advisory.NewPool(db.OpenPool(nil), advisory.WithObserver(&rec))
 	other := advisory.NewPool(db.OpenPool(nil))
 	key := advisory.KeyInt(5)
@@ -650,7 +630,7 @@ func TestObserver(t *testing.T) {
 	cancel()
 	l.Lock(cctx, key)
 	mustUnlock(t, lk)
-	got := rec.outcomes()
+	got := rec.Outcomes()
 	want := map[observe.Outcome]int{observe.Acquired: 1, observe.Released: 1, observe.Busy: 1,
 		observe.Timeout: 1, observe.Canceled: 1}
 	for o, n := range want {
@@ -658,7 +638,7 @@ func TestObserver(t *testing.T) {
 			t.Errorf("%v events: %d, want %d (all: %v)", o, got[o], n, got)
 		}
 	}
-	for _, e := range rec.events {
+	for _, e := range rec.Events() {
 		if e.Source != "advisory" || e.Key != 5 {
 			t.Errorf("event %+v: want source advisory, key 5", e)
 		}

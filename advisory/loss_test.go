@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -24,7 +25,7 @@ func TestLostOnTerminate(t *testing.T) {
 		db := pgtest.New(t)
 		ctx := context.Background()
 		conn := admin(t, db)
-		var rec recorder
+		var rec observetest.Recorder
 		l := bc.open(t, db, advisory.WithKeepalive(lossKeepalive), advisory.WithObserver(&rec))
 		key := advisory.KeyOf("lost")
 		lk := mustLock(t)(l.Lock(ctx, key))
@@ -70,7 +71,7 @@ func TestLostOnTerminate(t *testing.T) {
 			t.Fatalf("Unlock of a lost lock: %v, want ErrLost", err)
 		}
 		mustUnlock(t, w)
-		if n := rec.outcomes()[observe.Lost]; n != 1 {
+		if n := rec.Outcomes()[observe.Lost]; n != 1 {
 			t.Fatalf("%d Lost events, want 1", n)
 		}
 		waitNoLocks(t, conn)
@@ -255,7 +256,7 @@ func TestUnlockFindsLoss(t *testing.T) {
 		db := pgtest.New(t)
 		ctx := context.Background()
 		conn := admin(t, db)
-		var rec recorder
+		var rec observetest.Recorder
 		l := bc.open(t, db, advisory.WithKeepalive(time.Hour), advisory.WithObserver(&rec))
 		key := advisory.KeyOf("unlock finds loss")
 		lk := mustLock(t)(l.Lock(ctx, key))
@@ -275,7 +276,7 @@ func TestUnlockFindsLoss(t *testing.T) {
 		default:
 			t.Fatal("Lost not closed after Unlock found the session gone")
 		}
-		if n := rec.outcomes()[observe.Lost]; n != 1 {
+		if n := rec.Outcomes()[observe.Lost]; n != 1 {
 			t.Fatalf("%d Lost events, want 1", n)
 		}
 		// The pool did not keep the dead connection: the next lock works.

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/versioned"
@@ -240,23 +241,10 @@ func TestOverflow(t *testing.T) {
 	})
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []observe.Event
-}
-
-func (r *recorder) Observe(_ context.Context, e observe.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
 func TestProbeAndObserver(t *testing.T) {
-	rec := &recorder{}
+	rec := &observetest.Recorder{}
 	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
-		rec.mu.Lock()
-		rec.events = nil
-		rec.mu.Unlock()
+		rec.Reset()
 		must(t, db.AutoMigrate(&Order{}, &Doc{}))
 		o := Order{Status: "new"}
 		must(t, db.Create(&o).Error)
@@ -287,12 +275,11 @@ func TestProbeAndObserver(t *testing.T) {
 		if !errors.As(err, &se) || se.State != versioned.RowUnchanged || se.Current != 2 {
 			t.Fatalf("soft-deleted row: %v (%+v)", err, se)
 		}
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		if len(rec.events) != 4 {
-			t.Fatalf("%d stale events, want 4", len(rec.events))
+		events := rec.Events()
+		if len(events) != 4 {
+			t.Fatalf("%d stale events, want 4", len(events))
 		}
-		for _, e := range rec.events {
+		for _, e := range events {
 			if e.Kind != observe.Stale || e.Source != "gormplugin" || !errors.Is(e.Err, versioned.ErrStale) || e.Table == "" {
 				t.Fatalf("event %+v", e)
 			}

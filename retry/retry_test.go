@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -248,26 +249,16 @@ func TestRetryLockTimeoutAndPredicates(t *testing.T) {
 	}
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []observe.Event
-}
-
-func (r *recorder) Observe(_ context.Context, e observe.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
 func TestObserverSeesEachRetry(t *testing.T) {
 	var waits []time.Duration
-	rec := &recorder{}
+	rec := &observetest.Recorder{}
 	fn, _ := failing(2, stateErr("40001"))
 	Do(context.Background(), fn, WithObserver(rec), noSleep(&waits))
-	if len(rec.events) != 2 {
-		t.Fatalf("events %v", rec.events)
+	events := rec.Events()
+	if len(events) != 2 {
+		t.Fatalf("events %v", events)
 	}
-	for i, e := range rec.events {
+	for i, e := range events {
 		if e.Kind != observe.Retry || e.Attempt != i+1 || e.Cause != "40001" || e.Wait != waits[i] {
 			t.Fatalf("event %d: %+v", i, e)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
@@ -126,7 +127,7 @@ func TestManyKeysNoDeadlock(t *testing.T) {
 	for _, be := range backends(t, db, bePgxPool, beSQL) {
 		t.Run(be.name, func(t *testing.T) {
 			db.Exec("UPDATE counter SET n = 0")
-			var evs events
+			var evs observetest.Recorder
 			var want [8]atomic.Int64
 			var seed atomic.Uint64
 			run(t, workers, 1, func() error {
@@ -154,7 +155,7 @@ func TestManyKeysNoDeadlock(t *testing.T) {
 				}
 				return nil
 			})
-			if n := evs.count(observe.LockAcquire, observe.Deadlock); n != 0 {
+			if n := evs.Count(observe.LockAcquire, observe.Deadlock); n != 0 {
 				t.Fatalf("%d deadlocks", n)
 			}
 			total := int64(0)

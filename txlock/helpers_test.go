@@ -18,7 +18,6 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
-	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/txlock"
 )
 
@@ -280,34 +279,6 @@ func (h *holder) release() {
 	}
 	_ = h.tx.Rollback(context.Background())
 	_ = h.conn.Close(context.Background())
-}
-
-// events records observer events.
-type events struct {
-	mu  sync.Mutex
-	evs []observe.Event
-}
-
-func (e *events) Observe(_ context.Context, ev observe.Event) {
-	e.mu.Lock()
-	e.evs = append(e.evs, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) list() []observe.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.evs)
-}
-
-func (e *events) count(kind observe.Kind, outcome observe.Outcome) int {
-	n := 0
-	for _, ev := range e.list() {
-		if ev.Kind == kind && (outcome == observe.OutcomeNone || ev.Outcome == outcome) {
-			n++
-		}
-	}
-	return n
 }
 
 var errBoom = errors.New("boom")

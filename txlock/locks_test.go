@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
@@ -35,7 +36,7 @@ func TestTimeout(t *testing.T) {
 			}
 			before := be.conns()
 			h := holdLocks(t, db, false, key)
-			var evs events
+			var evs observetest.Recorder
 			ran := false
 			err := be.do(ctx, []advisory.Key{advisory.KeyOf("free"), key}, func(context.Context, q) error { ran = true; return nil },
 				txlock.WithTimeout(50*time.Millisecond), txlock.WithObserver(&evs))
@@ -52,8 +53,8 @@ func TestTimeout(t *testing.T) {
 			if ran {
 				t.Fatal("fn ran without the lock")
 			}
-			if n := evs.count(observe.LockAcquire, observe.Timeout); n != 2 {
-				t.Fatalf("%d timeout events, want one per key: %+v", n, evs.list())
+			if n := evs.Count(observe.LockAcquire, observe.Timeout); n != 2 {
+				t.Fatalf("%d timeout events, want one per key: %+v", n, evs.Events())
 			}
 			if after := be.conns(); after != before {
 				t.Fatalf("connections %d → %d: the timed-out connection was not kept", before, after)
@@ -169,7 +170,7 @@ func TestTryOnce(t *testing.T) {
 				if shared {
 					opts = append(opts, txlock.Shared())
 				}
-				var evs events
+				var evs observetest.Recorder
 				ran := false
 				err := be.do(ctx, []advisory.Key{free, held}, func(context.Context, q) error { ran = true; return nil },
 					append(opts, txlock.WithObserver(&evs))...)
@@ -179,8 +180,8 @@ func TestTryOnce(t *testing.T) {
 				if ran {
 					t.Fatal("fn ran without the lock")
 				}
-				if evs.count(observe.LockAcquire, observe.Busy) != 2 {
-					t.Fatalf("events: %+v", evs.list())
+				if evs.Count(observe.LockAcquire, observe.Busy) != 2 {
+					t.Fatalf("events: %+v", evs.Events())
 				}
 				if got := advisoryLocks(t, admin); len(got) != 1 {
 					t.Fatalf("shared=%v: locks besides the holder's: %v", shared, got)
@@ -355,7 +356,7 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 	for _, be := range backends(t, db) {
 		t.Run(be.name, func(t *testing.T) {
 			h := holdLocks(t, db, false, key)
-			var evs events
+			var evs observetest.Recorder
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
 			ran := false
@@ -364,8 +365,8 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || ran {
 				t.Fatalf("got %v (fn ran: %v), want context.DeadlineExceeded", err, ran)
 			}
-			if evs.count(observe.LockAcquire, observe.Canceled) != 1 || evs.count(observe.Retry, observe.OutcomeNone) != 0 {
-				t.Fatalf("events: %+v", evs.list())
+			if evs.Count(observe.LockAcquire, observe.Canceled) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
+				t.Fatalf("events: %+v", evs.Events())
 			}
 			h.release()
 			waitNoLocks(t, admin)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
@@ -93,7 +94,7 @@ func TestDeadlockInsideFnRetried(t *testing.T) {
 	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL); INSERT INTO t VALUES (1, 0), (2, 0)")
 	pool := db.Pool()
 	ctx := context.Background()
-	var evs events
+	var evs observetest.Recorder
 	var both sync.WaitGroup // both transactions hold their first row lock
 	both.Add(2)
 	var wg sync.WaitGroup
@@ -127,7 +128,7 @@ func TestDeadlockInsideFnRetried(t *testing.T) {
 	if calls[0]+calls[1] != 3 {
 		t.Fatalf("calls %v: want one victim run twice", calls)
 	}
-	if n := evs.count(observe.Retry, observe.OutcomeNone); n != 1 {
+	if n := evs.Count(observe.Retry, observe.OutcomeNone); n != 1 {
 		t.Fatalf("%d retry events", n)
 	}
 	var a, b int

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
@@ -201,11 +202,11 @@ func TestObserverEvents(t *testing.T) {
 	keys := []advisory.Key{advisory.KeyInt(2), advisory.KeyInt(1)}
 	for _, be := range backends(t, db, bePgxPool, beSQL) {
 		t.Run(be.name, func(t *testing.T) {
-			var evs events
+			var evs observetest.Recorder
 			if err := be.do(ctx, keys, func(context.Context, q) error { return nil }, txlock.WithObserver(&evs)); err != nil {
 				t.Fatal(err)
 			}
-			got := evs.list()
+			got := evs.Events()
 			if len(got) != 4 {
 				t.Fatalf("%d events: %+v", len(got), got)
 			}

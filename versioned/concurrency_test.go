@@ -16,6 +16,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" for the child processes
+
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/versioned"
@@ -55,7 +57,7 @@ func TestNoLostUpdate(t *testing.T) {
 	db.SetMaxOpenConns(workers)
 	db.SetMaxIdleConns(workers)
 	ctx := ctxT(t)
-	rec := &recorder{}
+	rec := &observetest.Recorder{}
 	counters := versioned.MustTable("counters", versioned.WithObserver(rec))
 
 	var attempts atomic.Int64
@@ -90,9 +92,7 @@ func TestNoLostUpdate(t *testing.T) {
 		t.Fatalf("counter = %d at version %d, want %d", n, v, workers*each)
 	}
 	retries := attempts.Load() - workers*each
-	rec.mu.Lock()
-	stale := int64(len(rec.events))
-	rec.mu.Unlock()
+	stale := int64(len(rec.Events()))
 	if stale != retries {
 		t.Fatalf("%d retries but %d stale events observed", retries, stale)
 	}

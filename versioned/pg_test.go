@@ -9,11 +9,11 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
@@ -69,17 +69,6 @@ func (e execOnly) ExecContext(ctx context.Context, q string, args ...any) (sql.R
 	return e.db.ExecContext(ctx, q, args...)
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []observe.Event
-}
-
-func (r *recorder) Observe(_ context.Context, e observe.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
 func accountsDB(t *testing.T) *sql.DB {
 	t.Helper()
 	pg := pgtest.New(t)
@@ -104,7 +93,7 @@ func readAccount(t *testing.T, db *sql.DB, id int64) (owner string, balance, ver
 func TestUpdateAndStale(t *testing.T) {
 	db := accountsDB(t)
 	ctx := ctxT(t)
-	rec := &recorder{}
+	rec := &observetest.Recorder{}
 	accounts := versioned.MustTable("accounts", versioned.WithObserver(rec))
 
 	v, err := versioned.Update(ctx, db, accounts, int64(1), int64(0), versioned.Set("balance", 90), versioned.Set("owner", "ann b."))
@@ -132,9 +121,9 @@ func TestUpdateAndStale(t *testing.T) {
 	if got := snapshot(t, db, "accounts"); got != before {
 		t.Fatalf("stale write changed rows:\n%s\n%s", before, got)
 	}
-	if len(rec.events) != 1 || rec.events[0].Kind != observe.Stale || rec.events[0].Source != "versioned" ||
-		rec.events[0].Table != "accounts" || !errors.Is(rec.events[0].Err, versioned.ErrStale) {
-		t.Fatalf("observer got %+v", rec.events)
+	if ev := rec.Events(); len(ev) != 1 || ev[0].Kind != observe.Stale || ev[0].Source != "versioned" ||
+		ev[0].Table != "accounts" || !errors.Is(ev[0].Err, versioned.ErrStale) {
+		t.Fatalf("observer got %+v", ev)
 	}
 	if !strings.Contains(err.Error(), "update of accounts key 1 at version 0") {
 		t.Fatalf("message %q", err)
@@ -334,7 +323,7 @@ func TestKeyNotUnique(t *testing.T) {
 func TestGuardCheckHandWritten(t *testing.T) {
 	db := accountsDB(t)
 	ctx := ctxT(t)
-	rec := &recorder{}
+	rec := &observetest.Recorder{}
 	const q = `UPDATE accounts SET balance = balance - $1, version = version + 1 WHERE id = $2 AND version = $3 AND balance >= $1`
 	g := versioned.Guard{Table: "accounts", Key: int64(1), Expected: 0, Observer: rec}
 	if err := g.Check(db.ExecContext(ctx, q, 30, 1, 0)); err != nil {
@@ -343,8 +332,8 @@ func TestGuardCheckHandWritten(t *testing.T) {
 	res, err := db.ExecContext(ctx, q, 30, 1, 0)
 	err = g.CheckContext(ctx, res, err)
 	var se *versioned.StaleError
-	if !errors.As(err, &se) || se.Op != versioned.OpUpdate || se.Expected != 0 || len(rec.events) != 1 {
-		t.Fatalf("stale hand-written update: %v, %d events", err, len(rec.events))
+	if !errors.As(err, &se) || se.Op != versioned.OpUpdate || se.Expected != 0 || len(rec.Events()) != 1 {
+		t.Fatalf("stale hand-written update: %v, %d events", err, len(rec.Events()))
 	}
 	res, err = db.ExecContext(ctx, `DELETE FROM accounts WHERE id = $1 AND version = $2`, 2, 1)
 	err = versioned.Check(res, err, versioned.Guard{Table: "accounts", Key: 2, Expected: 1, Op: versioned.OpDelete})

@@ -50,7 +50,7 @@ func run(count int, workerList string, work int, out string, skipBench bool) err
 	var benches []bench
 	if !skipBench {
 		fmt.Fprintln(os.Stderr, "running go test -bench . ./… (this takes a few minutes)")
-		cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem",
+		cmd := exec.Command("go", "test", "-p", "1", "-run", "^$", "-bench", ".", "-benchmem",
 			"-count", strconv.Itoa(count), "-timeout", "30m", "./...")
 		var buf bytes.Buffer
 		cmd.Stdout = &buf
