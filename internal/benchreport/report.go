@@ -2,20 +2,31 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/sqlock/sqlock/internal/contention"
 )
 
-var standard = map[string]bool{"ns/op": true, "B/op": true, "allocs/op": true, "MB/s": true}
+// standard are the columns of the per-benchmark tables.
+var standard = map[string]bool{"ns/op": true, "B/op": true, "allocs/op": true}
 
+// isRatio picks the metrics benchmarks report as same-run ratios: "ratio",
+// "…-ratio", or "a/b-…" between two modes (not a time, a rate or a size).
 func isRatio(unit string) bool {
-	if standard[unit] {
+	if strings.Contains(unit, "ratio") {
+		return true
+	}
+	if !strings.Contains(unit, "/") || strings.HasSuffix(unit, "/op") || strings.HasSuffix(unit, "/s") {
 		return false
 	}
-	return strings.Contains(unit, "ratio") ||
-		(strings.Contains(unit, "/") && !strings.HasSuffix(unit, "/op") && !strings.HasSuffix(unit, "/s"))
+	for _, u := range []string{"ns", "µs", "ms"} {
+		if strings.Contains(unit, u) {
+			return false
+		}
+	}
+	return true
 }
 
 func report(benches []bench, results []contention.Result, workers []int, count int, took time.Duration) string {
@@ -111,8 +122,8 @@ func short(pkg string) string { return strings.TrimPrefix(pkg, "github.com/sqloc
 
 func num(v float64) string {
 	switch {
-	case v == 0:
-		return "0"
+	case v == math.Trunc(v) && math.Abs(v) < 1e15:
+		return fmt.Sprintf("%.0f", v)
 	case v >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case v >= 1:
