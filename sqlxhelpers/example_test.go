@@ -157,7 +157,7 @@ func ExampleHelper_Do() {
 	h, _ := sqlxhelpers.New(db)
 
 	mock.ExpectBegin()
-	mock.ExpectExec(`SELECT pg_advisory_xact_lock`).WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectExec(`SET LOCAL lock_timeout = .2000ms.;\s*SELECT pg_catalog\.pg_advisory_xact_lock\(-?[0-9]+\)`).WillReturnResult(sqlmock.NewResult(0, 0))
 	mock.ExpectExec(`UPDATE "accounts" SET "balance" = \$1`).WithArgs(int64(90), int64(1), int64(3)).
 		WillReturnResult(sqlmock.NewResult(0, 1))
 	mock.ExpectCommit()
