@@ -271,33 +271,26 @@ func (l *lexer) escString(tokStart, i int) (int, *RewriteError) {
 	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated E'…' string")
 }
 
-// rawString scans a string with no escapes but ” (U&'…', where the
+// rawString scans a string whose only escape is a doubled quote (U&'…', where the
 // server itself rejects backslashes when standard_conforming_strings is off,
 // and B'…'/X'…', which hold only digits).
 func (l *lexer) rawString(tokStart, i int) (int, *RewriteError) {
-	q := l.q
-	for j := i + 1; j < len(q); j++ {
-		switch q[j] {
-		case '\'':
-			if j+1 < len(q) && q[j+1] == '\'' {
-				j++
-				continue
-			}
-			return j + 1, nil
-		case 0:
-			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
-		}
-	}
-	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated string")
+	return l.doubledQuote(tokStart, i, '\'', "unterminated string")
 }
 
 // quotedIdent scans "…" with "" as an escaped quote.
 func (l *lexer) quotedIdent(tokStart, i int) (int, *RewriteError) {
+	return l.doubledQuote(tokStart, i, '"', "unterminated quoted identifier")
+}
+
+// doubledQuote scans from the opening quote at i to just past the closing
+// one, where a doubled quote stands for itself.
+func (l *lexer) doubledQuote(tokStart, i int, quote byte, unterminated string) (int, *RewriteError) {
 	q := l.q
 	for j := i + 1; j < len(q); j++ {
 		switch q[j] {
-		case '"':
-			if j+1 < len(q) && q[j+1] == '"' {
+		case quote:
+			if j+1 < len(q) && q[j+1] == quote {
 				j++
 				continue
 			}
@@ -306,7 +299,7 @@ func (l *lexer) quotedIdent(tokStart, i int) (int, *RewriteError) {
 			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
 		}
 	}
-	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated quoted identifier")
+	return 0, lexErr(ErrUnbalanced, tokStart, unterminated)
 }
 
 // dollar scans what starts with '$' at a token boundary: $n (a positional
