@@ -152,16 +152,7 @@ func BenchmarkDryRun(b *testing.B) {
 // transaction: BEGIN, UPDATE, COMMIT), one row, each versioned update at
 // the row's current version.
 func BenchmarkPostgres(b *testing.B) {
-	ver := openPostgres(b)
-	plainDB, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlOf(b, ver)}), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	must(b, ver.AutoMigrate(&Account{}, &PlainAccount{}))
-	va := &Account{Amount: 1, Status: "new"}
-	pa := &PlainAccount{Amount: 1, Status: "new"}
-	must(b, ver.Create(va).Error)
-	must(b, plainDB.Create(pa).Error)
+	ver, plainDB, va, pa := postgresBench(b)
 	run := func(name string, f func(i int) *gorm.DB) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -260,16 +251,7 @@ func BenchmarkDryRunPaired(b *testing.B) {
 // BenchmarkPostgresPaired reports versioned/plain end to end, one plain
 // and one versioned update interleaved.
 func BenchmarkPostgresPaired(b *testing.B) {
-	ver := openPostgres(b)
-	plainDB, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlOf(b, ver)}), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	must(b, ver.AutoMigrate(&Account{}, &PlainAccount{}))
-	va := &Account{Amount: 1, Status: "new"}
-	pa := &PlainAccount{Amount: 1, Status: "new"}
-	must(b, ver.Create(va).Error)
-	must(b, plainDB.Create(pa).Error)
+	ver, plainDB, va, pa := postgresBench(b)
 	check := func(tx *gorm.DB) {
 		if tx.Error != nil || tx.RowsAffected != 1 {
 			b.Fatalf("%v, %d rows", tx.Error, tx.RowsAffected)
@@ -285,4 +267,21 @@ func BenchmarkPostgresPaired(b *testing.B) {
 			func(i int) { check(plainDB.Model(pa).Updates(PlainAccount{Amount: int64(i), Status: "paid"})) },
 			func(i int) { check(ver.Model(va).Updates(Account{Amount: int64(i), Status: "paid"})) })
 	})
+}
+
+// postgresBench opens the versioned (plugin) and plain (no plugin) GORM
+// handles on one PostgreSQL database, each with one row to update.
+func postgresBench(b *testing.B) (ver, plainDB *gorm.DB, va *Account, pa *PlainAccount) {
+	ver = openPostgres(b)
+	var err error
+	plainDB, err = gorm.Open(postgres.New(postgres.Config{Conn: sqlOf(b, ver)}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	must(b, ver.AutoMigrate(&Account{}, &PlainAccount{}))
+	va = &Account{Amount: 1, Status: "new"}
+	pa = &PlainAccount{Amount: 1, Status: "new"}
+	must(b, ver.Create(va).Error)
+	must(b, plainDB.Create(pa).Error)
+	return ver, plainDB, va, pa
 }

@@ -35,14 +35,12 @@ type Cluster struct {
 	adminDSN string // connects as a superuser to the maintenance database
 
 	// Set only for an owned cluster.
-	dir     string // temporary directory: data/, the socket, postgres.log
-	port    int
-	mu      sync.Mutex // serialises commands to the watchdog
-	stdin   io.WriteCloser
-	replies *bufio.Scanner
-	wd      *exec.Cmd
-	pid     int // postmaster pid, 0 while stopped
-	closed  bool
+	dir    string // temporary directory: data/, the socket, postgres.log
+	port   int
+	mu     sync.Mutex // serialises commands to the watchdog
+	wd     *watchdogProc
+	pid    int // postmaster pid, 0 while stopped
+	closed bool
 }
 
 // Options tune a cluster started by StartCluster.
@@ -168,7 +166,7 @@ func (c *Cluster) spawn(bin, data string, settings map[string]string, cred *sysc
 	if err != nil {
 		return err
 	}
-	c.wd, c.stdin, c.replies = wd.cmd, wd.stdin, wd.replies
+	c.wd = wd
 	pid, err := c.readPID()
 	if err != nil {
 		c.stop()
@@ -178,7 +176,7 @@ func (c *Cluster) spawn(bin, data string, settings map[string]string, cred *sysc
 	return nil
 }
 
-func (c *Cluster) readPID() (int, error) { return readPID(c.replies) }
+func (c *Cluster) readPID() (int, error) { return readPID(c.wd.replies) }
 
 // watchdogProc is a running watchdog shell: the test binary holds the write
 // end of its stdin, and the shell's stdout carries its replies.
@@ -209,6 +207,13 @@ func startWatchdog(dir string, cred *syscall.Credential, args []string) (*watchd
 		return nil, fmt.Errorf("pgtest: start watchdog: %w", err)
 	}
 	return &watchdogProc{cmd: cmd, stdin: in, replies: bufio.NewScanner(out)}, nil
+}
+
+// close ends the watchdog's stdin, which makes it stop what it started and
+// clean up, and waits for it to exit.
+func (w *watchdogProc) close() error {
+	w.stdin.Close()
+	return w.cmd.Wait()
 }
 
 // readPID reads the next reply line of a watchdog as a process id.
@@ -286,11 +291,11 @@ func (c *Cluster) Stop() error {
 	if c.pid == 0 {
 		return nil
 	}
-	if _, err := io.WriteString(c.stdin, "stop\n"); err != nil {
+	if _, err := io.WriteString(c.wd.stdin, "stop\n"); err != nil {
 		return fmt.Errorf("pgtest: stop: %w", err)
 	}
-	if !c.replies.Scan() || c.replies.Text() != "stopped" {
-		return fmt.Errorf("pgtest: stop: watchdog did not confirm: %v", c.replies.Err())
+	if !c.wd.replies.Scan() || c.wd.replies.Text() != "stopped" {
+		return fmt.Errorf("pgtest: stop: watchdog did not confirm: %v", c.wd.replies.Err())
 	}
 	c.pid = 0
 	return nil
@@ -307,7 +312,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if _, err := io.WriteString(c.stdin, "start\n"); err != nil {
+	if _, err := io.WriteString(c.wd.stdin, "start\n"); err != nil {
 		c.mu.Unlock()
 		return fmt.Errorf("pgtest: start: %w", err)
 	}
@@ -346,8 +351,7 @@ func (c *Cluster) Close() error {
 }
 
 func (c *Cluster) stop() error {
-	c.stdin.Close()
-	err := c.wd.Wait()
+	err := c.wd.close()
 	c.pid = 0
 	return err
 }

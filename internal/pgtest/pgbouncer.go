@@ -302,8 +302,7 @@ func (b *PgBouncer) Close() error {
 }
 
 func (b *PgBouncer) stop() error {
-	b.wd.stdin.Close()
-	err := b.wd.cmd.Wait()
+	err := b.wd.close()
 	b.pid = 0
 	return err
 }

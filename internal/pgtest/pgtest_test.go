@@ -225,7 +225,7 @@ func helperProcess(m *testing.M, mode string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	fmt.Printf("CLUSTER %s %d %d\n", c.Dir(), c.PID(), c.wd.Process.Pid)
+	fmt.Printf("CLUSTER %s %d %d\n", c.Dir(), c.PID(), c.wd.cmd.Process.Pid)
 	switch mode {
 	case "close":
 		c.Close()
