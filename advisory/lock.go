@@ -162,10 +162,8 @@ func pingTimeout(interval time.Duration) time.Duration {
 func (lk *Lock) check() {
 	defer lk.checks.Done()
 	interval := lk.l.cfg.keepalive
-	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout(interval))
 	var pid int32
-	err := lk.sess.queryRow(ctx, pingSQL, nil, &pid)
-	cancel()
+	err := lk.sess.queryRow(context.Background(), time.Now().Add(pingTimeout(interval)), pingSQL, nil, &pid)
 	if err == nil && lk.pid != 0 && pid != lk.pid {
 		err = fmt.Errorf("the connection's server backend changed from pid %d to %d: a pooler moved the session", lk.pid, pid)
 	}

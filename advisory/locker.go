@@ -367,10 +367,14 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	sess = s
 
 	var granted bool
-	var stmtCtx context.Context = wctx
+	// stmtEnd bounds the lock statement: the wait bound for a try, and a
+	// grace period past it for a blocking lock, whose wait the server's
+	// lock_timeout ends first. The caller's ctx is the driver's to watch.
+	var stmtEnd time.Time
 	args := keyArgs(key)
 	if try {
-		err = sess.queryRow(wctx, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
+		stmtEnd = waitEnd
+		err = sess.queryRow(ctx, stmtEnd, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
 	} else {
 		remaining := time.Until(waitEnd)
 		if ctxBound {
@@ -385,10 +389,8 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 			return nil, timeout(nil)
 		}
 		ms := int64((remaining + time.Millisecond - 1) / time.Millisecond)
-		sctx, scancel := context.WithDeadline(ctx, waitEnd.Add(lockTimeoutGrace))
-		defer scancel()
-		stmtCtx = sctx
-		err = sess.exec(sctx, blockingLockSQL(key, shared, ms))
+		stmtEnd = waitEnd.Add(lockTimeoutGrace)
+		err = sess.exec(ctx, stmtEnd, blockingLockSQL(key, shared, ms))
 		granted = err == nil
 	}
 
@@ -401,7 +403,8 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		// one lock per connection. Anything else (a context ended mid-call,
 		// the network) leaves the outcome unknown: the connection is
 		// destroyed, which ends the session and any lock in it.
-		if code != "" && !connectionTrouble(err) && stmtCtx.Err() == nil {
+		stmtCut := ctx.Err() != nil || !time.Now().Before(stmtEnd)
+		if code != "" && !connectionTrouble(err) && !stmtCut {
 			l.sweep(ctx, sess)
 		} else {
 			sess.destroy()
@@ -414,7 +417,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 			return nil, &Error{Op: op, Key: key, Err: ErrDeadlock, Cause: err}
 		case ctx.Err() != nil:
 			return nil, ctxError(op, key, ctx)
-		case stmtCtx.Err() != nil || waitedOut() && !connectionTrouble(err):
+		case stmtCut || waitedOut() && !connectionTrouble(err):
 			return nil, timeout(err)
 		case connectionTrouble(err):
 			return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
@@ -446,9 +449,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 // sweep releases every session-level advisory lock of sess and returns it
 // to the pool, or destroys it if that fails.
 func (l *Locker) sweep(ctx context.Context, sess session) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.unlockTimeout)
-	defer cancel()
-	if err := sess.exec(uctx, unlockAllSQL); err != nil {
+	if err := sess.exec(context.WithoutCancel(ctx), time.Now().Add(l.cfg.unlockTimeout), unlockAllSQL); err != nil {
 		l.cfg.log.Warn("advisory: connection closed: sweep after a failed lock failed", "error", err)
 		sess.destroy()
 		return
@@ -459,8 +460,6 @@ func (l *Locker) sweep(ctx context.Context, sess session) {
 // release unlocks key on sess and returns it to the pool, or destroys it
 // when the unlock is not confirmed.
 func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool, args []any) error {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.unlockTimeout)
-	defer cancel()
 	var ok bool
 	done := false
 	defer func() {
@@ -468,7 +467,8 @@ func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool
 			sess.destroy()
 		}
 	}()
-	err := sess.queryRow(uctx, unlockSQL[b2i(shared)][b2i(key.IsPair())], args, &ok)
+	err := sess.queryRow(context.WithoutCancel(ctx), time.Now().Add(l.cfg.unlockTimeout),
+		unlockSQL[b2i(shared)][b2i(key.IsPair())], args, &ok)
 	done = true
 	if err == nil && ok {
 		sess.release()

@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // nullBackend answers every statement at once: it measures what the
@@ -14,15 +15,15 @@ func (nullBackend) maxConns() int                         { return 0 }
 
 type nullSession struct{}
 
-func (nullSession) queryRow(_ context.Context, _ string, _ []any, dest ...any) error {
+func (nullSession) queryRow(_ context.Context, _ time.Time, _ string, _ []any, dest ...any) error {
 	if b, ok := dest[0].(*bool); ok {
 		*b = true
 	}
 	return nil
 }
-func (nullSession) exec(context.Context, string) error { return nil }
-func (nullSession) release()                           {}
-func (nullSession) destroy()                           {}
+func (nullSession) exec(context.Context, time.Time, string) error { return nil }
+func (nullSession) release()                                      {}
+func (nullSession) destroy()                                      {}
 
 // BenchmarkOverhead is the package's own CPU cost of an uncontended
 // TryLock+Unlock cycle (bounded contexts, the keepalive timer, the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sqlock/sqlock/hash"
 )
@@ -91,7 +92,7 @@ func probe(ctx context.Context, b backend) error {
 	var pid int32
 	var h32 int32
 	var h64 int64
-	err = a.queryRow(ctx, "SELECT pg_catalog.version(), pg_catalog.pg_backend_pid(), "+
+	err = a.queryRow(ctx, time.Time{}, "SELECT pg_catalog.version(), pg_catalog.pg_backend_pid(), "+
 		"pg_catalog.hashtext($1), pg_catalog.hashtextextended($1, 0), "+
 		"pg_catalog.set_config('"+probeGUC+"', $2, false)",
 		[]any{probeText, token}, &version, &pid, &h32, &h64, &set)
@@ -111,7 +112,7 @@ func probe(ctx context.Context, b backend) error {
 	sameSession := func() error {
 		var p int32
 		var t string
-		err := a.queryRow(ctx, "SELECT pg_catalog.pg_backend_pid(), "+
+		err := a.queryRow(ctx, time.Time{}, "SELECT pg_catalog.pg_backend_pid(), "+
 			"coalesce(pg_catalog.current_setting('"+probeGUC+"', true), '')", nil, &p, &t)
 		if err != nil {
 			return probeFailed(ctx, err)
@@ -138,12 +139,12 @@ func probe(ctx context.Context, b backend) error {
 	}
 	defer c.destroy()
 	for range 3 {
-		if err := c.exec(ctx, "BEGIN"); err != nil {
+		if err := c.exec(ctx, time.Time{}, "BEGIN"); err != nil {
 			return probeFailed(ctx, err)
 		}
 		var p int32
 		var t string
-		if err := c.queryRow(ctx, "SELECT pg_catalog.pg_backend_pid(), "+
+		if err := c.queryRow(ctx, time.Time{}, "SELECT pg_catalog.pg_backend_pid(), "+
 			"coalesce(pg_catalog.current_setting('"+probeGUC+"', true), '')", nil, &p, &t); err != nil {
 			return probeFailed(ctx, err)
 		}
@@ -154,7 +155,7 @@ func probe(ctx context.Context, b backend) error {
 		if err := sameSession(); err != nil {
 			return err
 		}
-		if err := c.exec(ctx, "ROLLBACK"); err != nil {
+		if err := c.exec(ctx, time.Time{}, "ROLLBACK"); err != nil {
 			return probeFailed(ctx, err)
 		}
 	}

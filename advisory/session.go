@@ -21,11 +21,21 @@ type backend interface {
 }
 
 // A session is one pinned connection, used by one goroutine at a time.
+//
+// Statements run under ctx and, when deadline is not zero, end by then: a
+// statement cut short by either leaves the connection in doubt, and the
+// caller destroys it. The package's own bounds (wait, unlock, keepalive)
+// travel as deadline rather than as a context derived from ctx: on pgx
+// they become the connection's I/O deadline, so that a statement under a
+// context that cannot end (context.Background, context.WithoutCancel) is
+// not watched at all — pgx registers a callback on every cancellable
+// context per statement, which costs more than the deadline on the
+// lock-and-unlock path.
 type session interface {
-	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+	queryRow(ctx context.Context, deadline time.Time, query string, args []any, dest ...any) error
 	// exec runs query without arguments, which both drivers send with the
 	// simple query protocol (so it may hold several statements).
-	exec(ctx context.Context, query string) error
+	exec(ctx context.Context, deadline time.Time, query string) error
 	// release returns the connection to the pool. Only after a confirmed
 	// clean state: it holds no advisory lock of ours.
 	release()
@@ -68,11 +78,23 @@ func (b sqlBackend) maxConns() int { return b.db.Stats().MaxOpenConnections }
 // sqlSession runs statements through database/sql, for any driver.
 type sqlSession struct{ c *sql.Conn }
 
-func (s sqlSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+// sqlSession bounds statements with a context deadline: database/sql
+// watches every context anyway.
+func (s sqlSession) queryRow(ctx context.Context, deadline time.Time, query string, args []any, dest ...any) error {
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	return s.c.QueryRowContext(ctx, query, args...).Scan(dest...)
 }
 
-func (s sqlSession) exec(ctx context.Context, query string) error {
+func (s sqlSession) exec(ctx context.Context, deadline time.Time, query string) error {
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	_, err := s.c.ExecContext(ctx, query)
 	return err
 }
@@ -94,11 +116,11 @@ func (s sqlSession) destroy() {
 // discards the connection.
 type sqlPgxSession struct{ sqlSession }
 
-func (s sqlPgxSession) run(f func(*pgx.Conn) error) error {
+func (s sqlPgxSession) run(deadline time.Time, f func(*pgx.Conn) error) error {
 	var ferr error
 	err := s.c.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		ferr = f(pc)
+		ferr = withDeadline(pc, deadline, func() error { return f(pc) })
 		if ferr != nil && pc.IsClosed() {
 			return driver.ErrBadConn
 		}
@@ -110,12 +132,27 @@ func (s sqlPgxSession) run(f func(*pgx.Conn) error) error {
 	return err
 }
 
-func (s sqlPgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return s.run(func(c *pgx.Conn) error { return c.QueryRow(ctx, query, args...).Scan(dest...) })
+// release clears the deadline the last statement left, then returns the
+// connection to the pool (or destroys it if that failed).
+func (s sqlPgxSession) release() {
+	cleared := false
+	s.c.Raw(func(dc any) error {
+		cleared = clearDeadline(dc.(*stdlib.Conn).Conn())
+		return nil
+	})
+	if !cleared {
+		s.destroy()
+		return
+	}
+	s.sqlSession.release()
 }
 
-func (s sqlPgxSession) exec(ctx context.Context, query string) error {
-	return s.run(func(c *pgx.Conn) error {
+func (s sqlPgxSession) queryRow(ctx context.Context, deadline time.Time, query string, args []any, dest ...any) error {
+	return s.run(deadline, func(c *pgx.Conn) error { return c.QueryRow(ctx, query, args...).Scan(dest...) })
+}
+
+func (s sqlPgxSession) exec(ctx context.Context, deadline time.Time, query string) error {
+	return s.run(deadline, func(c *pgx.Conn) error {
 		_, err := c.Exec(ctx, query)
 		return err
 	})
@@ -135,18 +172,49 @@ func (b pgxBackend) maxConns() int { return int(b.p.Config().MaxConns) }
 
 type pgxSession struct{ c *pgxpool.Conn }
 
-func (s pgxSession) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return s.c.QueryRow(ctx, query, args...).Scan(dest...)
+func (s pgxSession) queryRow(ctx context.Context, deadline time.Time, query string, args []any, dest ...any) error {
+	c := s.c.Conn()
+	return withDeadline(c, deadline, func() error { return c.QueryRow(ctx, query, args...).Scan(dest...) })
 }
 
-func (s pgxSession) exec(ctx context.Context, query string) error {
-	_, err := s.c.Exec(ctx, query)
-	return err
+func (s pgxSession) exec(ctx context.Context, deadline time.Time, query string) error {
+	c := s.c.Conn()
+	return withDeadline(c, deadline, func() error {
+		_, err := c.Exec(ctx, query)
+		return err
+	})
+}
+
+// withDeadline runs f, one statement on c, under c's I/O deadline
+// (cleared when deadline is zero). The deadline stays set afterwards, as
+// every statement sets its own and release clears it: a held lock's
+// connection carries the last statement's stale deadline while it idles,
+// which costs one timer change per statement instead of two. A statement
+// that runs into the deadline fails with a timeout error and pgx closes the
+// connection: the outcome is in doubt, and a closed connection holds no
+// session lock.
+func withDeadline(c *pgx.Conn, deadline time.Time, f func() error) error {
+	if err := c.PgConn().Conn().SetDeadline(deadline); err != nil {
+		return err
+	}
+	return f()
+}
+
+// clearDeadline removes the I/O deadline the last statement left on c, for
+// the connection's next user; false if that failed.
+func clearDeadline(c *pgx.Conn) bool {
+	return c.PgConn().Conn().SetDeadline(time.Time{}) == nil
 }
 
 // release: pgxpool itself destroys a connection that is closed, busy or
 // not idle outside a transaction.
-func (s pgxSession) release() { s.c.Release() }
+func (s pgxSession) release() {
+	if !clearDeadline(s.c.Conn()) {
+		s.destroy()
+		return
+	}
+	s.c.Release()
+}
 
 // destroy closes the connection first, so Release destroys it instead of
 // pooling it.
