@@ -76,8 +76,9 @@
 //
 // # Timeouts
 //
-// WithTimeout (default DefaultTimeout, 5 s) sends SET LOCAL lock_timeout with
-// the lock statements. It is transaction-scoped, so it never outlives the
+// WithTimeout (default DefaultTimeout, 5 s) sets lock_timeout for the
+// transaction (SET LOCAL, or set_config(…, true) in the batch form) with the
+// lock statements. It is transaction-scoped, so it never outlives the
 // transaction or leaks into the pooled connection, and it bounds every lock
 // wait in the transaction, fn's too: while fn waits it holds the advisory
 // lock and everyone queued on the key waits with it. WithTimeout(0) sends no
@@ -94,18 +95,30 @@
 //	another PgxDB, or a caller-set BeginQuery       3             4
 //
 // (for BEGIN, one UPDATE and COMMIT; counted on the wire by TestRoundTrips).
-// With pgx, pgx.TxOptions.BeginQuery carries
+//
+// With pgx (and OpenDB, which reaches the *pgx.Conn under database/sql),
+// BEGIN and one lock statement per key go as one batch (pgx.Batch.BeginTx:
+// one pipeline, one Sync), and fn gets pgx's own transaction:
+//
+//	SELECT pg_catalog.pg_advisory_xact_lock($2::int8) FROM (SELECT pg_catalog.set_config('lock_timeout', $1::text, true)) s
+//	SELECT pg_catalog.pg_advisory_xact_lock($1::int8)          -- each further key, or no timeout
+//
+// The statements take bind arguments and run in the connection's exec mode.
+// In pgx's default mode (QueryExecModeCacheStatement) they are prepared once
+// per connection, so the server does not parse and plan them for every
+// transaction; that is most of what an uncontended lock costs (see
+// BenchmarkUncontended). TryOnce reads pg_try_advisory_xact_lock's answers
+// from the batch and rolls back if one is false.
+//
+// Attempt.PgxTxOptions, for a BeginFunc of one's own, is the text form: a
+// BeginQuery of one simple-protocol message,
 //
 //	BEGIN [ISOLATION LEVEL …];SET LOCAL lock_timeout = '…ms';SELECT pg_catalog.pg_advisory_xact_lock(<key>)[;…]
 //
-// as one simple-protocol message, whatever the options: shared, try-once,
-// several keys. TryOnce needs
-// pg_try_advisory_xact_lock's answer in that same message, so its statement
-// turns false into an error (a cast of a marker text to int) that txlock
-// reads back as ErrNotAcquired. database/sql has no way to change BEGIN, so
-// OpenDB wraps pgx's stdlib connections to do the same; on any other handle
-// the lock statements are one more round trip. The statements are sent by
-// the simple query protocol, which pgx, pgx's stdlib and lib/pq use for
+// in which try-once turns false into an error (a cast of a marker text to
+// int) that txlock reads back as ErrNotAcquired. On a database/sql handle
+// not opened by OpenDB, the same text follows BEGIN as one more round trip,
+// by the simple query protocol, which pgx's stdlib and lib/pq use for
 // argument-less statements.
 //
 // # Poolers
@@ -113,10 +126,10 @@
 // Transaction-level locks work through PgBouncer in transaction mode: the
 // server connection is the client's from BEGIN to COMMIT, and the lock ends
 // with the transaction (tested with the Debian package). Session locks
-// (package advisory) do not. txlock's own statements are argument-less
-// simple queries, which any pooler passes; fn's are the caller's business
-// (PgBouncer before 1.21 has no named prepared statements in transaction
-// mode: with pgx, use default_query_exec_mode=exec or simple_protocol).
+// (package advisory) do not. PgBouncer before 1.21 has no named prepared
+// statements in transaction mode: with pgx, use default_query_exec_mode=exec
+// or simple_protocol, as for any query; txlock's batch then goes unprepared,
+// in the same one round trip.
 //
 // # Observability
 //

@@ -10,11 +10,14 @@ import (
 )
 
 // PgxDB is the pgx handle DoPgx runs on: *pgxpool.Pool, *pgxpool.Conn or
-// *pgx.Conn. With these, BEGIN carries the lock statements
-// (pgx.TxOptions.BeginQuery), so a locked transaction costs the round trips
-// of the same unlocked one, and a failed lock wait is rolled back on the
-// spot so that the pool keeps the connection. Any other implementation is
-// begun with plain options and locked by one more statement.
+// *pgx.Conn. With these, BEGIN carries the lock statements, so a locked
+// transaction costs the round trips of the same unlocked one, and a failed
+// lock wait is rolled back on the spot so that the pool keeps the
+// connection. BEGIN and the locks are one batch (pgx.Batch.BeginTx) run in
+// the connection's exec mode: in pgx's default mode the lock statements are
+// prepared once per connection, so the server does not parse and plan them
+// for every transaction. Any other implementation is begun with plain
+// options and locked by one more statement.
 type PgxDB interface {
 	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
 }
@@ -43,7 +46,7 @@ func DoPgxKeys(ctx context.Context, db PgxDB, keys []advisory.Key, fn func(ctx c
 			if err != nil {
 				return nil, nil, err
 			}
-			tx, err := beginPgx(ctx, pc.Conn(), a.PgxTxOptions())
+			tx, err := beginLocked(ctx, pc.Conn(), a)
 			if err != nil {
 				pc.Release()
 				return nil, nil, err
@@ -68,28 +71,12 @@ func DoPgxKeys(ctx context.Context, db PgxDB, keys []advisory.Key, fn func(ctx c
 
 func connBegin(conn *pgx.Conn) BeginFunc[pgx.Tx] {
 	return func(ctx context.Context, a *Attempt) (pgx.Tx, Tx, error) {
-		tx, err := beginPgx(ctx, conn, a.PgxTxOptions())
+		tx, err := beginLocked(ctx, conn, a)
 		if err != nil {
 			return nil, nil, err
 		}
 		return tx, pgxTx{tx: tx}, nil
 	}
-}
-
-// beginPgx begins with o and, when BEGIN's own message failed after opening
-// the transaction block (a lock wait that timed out, a try-once that found
-// the key held, a deadlock), rolls it back: pgx leaves the connection in
-// the failed-transaction state and a pool would destroy it on release.
-func beginPgx(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions) (pgx.Tx, error) {
-	tx, err := conn.BeginTx(ctx, o)
-	if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
-			_ = conn.Close(rctx)
-		}
-	}
-	return tx, err
 }
 
 // pgxTx drives a pgx transaction; pc, when set, is the pool connection it

@@ -34,7 +34,8 @@ type plan struct {
 	shared  bool
 	tryOnce bool
 	timeout time.Duration // 0: no lock_timeout
-	lockSQL string        // the statements taking the locks (no BEGIN)
+	lockSQL string        // the statements taking the locks (no BEGIN), as text
+	queries []lockQuery   // the same with bind arguments, for a batch
 }
 
 // newPlan validates keys and builds the lock statements. keys is not
@@ -64,6 +65,7 @@ func newPlan(keys []advisory.Key, c *config) (*plan, error) {
 		p.timeout = c.timeout
 	}
 	p.lockSQL = string(p.appendLockSQL(make([]byte, 0, 64+96*len(sorted))))
+	p.queries = p.lockQueries()
 	return p, nil
 }
 
@@ -79,17 +81,7 @@ func newPlan(keys []advisory.Key, c *config) (*plan, error) {
 // advisory.Key.AppendArgs and the timeout is formatted from a Duration:
 // nothing a caller wrote is ever part of the text.
 func (p *plan) appendLockSQL(b []byte) []byte {
-	// Qualified, so that no function of the same name on the search_path
-	// can stand in for them.
-	fn := "pg_catalog.pg_advisory_xact_lock"
-	switch {
-	case p.tryOnce && p.shared:
-		fn = "pg_catalog.pg_try_advisory_xact_lock_shared"
-	case p.tryOnce:
-		fn = "pg_catalog.pg_try_advisory_xact_lock"
-	case p.shared:
-		fn = "pg_catalog.pg_advisory_xact_lock_shared"
-	}
+	fn := "pg_catalog." + p.lockFunc()
 	if p.timeout > 0 {
 		b = append(b, "SET LOCAL lock_timeout = '"...)
 		b = strconv.AppendInt(b, timeoutMillis(p.timeout), 10)
@@ -118,6 +110,21 @@ func (p *plan) appendLockSQL(b []byte) []byte {
 	return b
 }
 
+// lockFunc is the name of the lock function in pg_catalog (always called
+// qualified, so that no function of the same name on the search_path can
+// stand in for it).
+func (p *plan) lockFunc() string {
+	switch {
+	case p.tryOnce && p.shared:
+		return "pg_try_advisory_xact_lock_shared"
+	case p.tryOnce:
+		return "pg_try_advisory_xact_lock"
+	case p.shared:
+		return "pg_advisory_xact_lock_shared"
+	}
+	return "pg_advisory_xact_lock"
+}
+
 // timeoutMillis rounds d up to whole milliseconds, within what
 // lock_timeout accepts (0 would mean no timeout).
 func timeoutMillis(d time.Duration) int64 {
@@ -129,7 +136,14 @@ func timeoutMillis(d time.Duration) int64 {
 // one simple-protocol message, one round trip. Every part is a keyword
 // this package chose or the lock SQL it built.
 func (p *plan) beginSQL(iso, access, deferrable string) string {
-	b := make([]byte, 0, 64+len(p.lockSQL))
+	b := appendBegin(make([]byte, 0, 64+len(p.lockSQL)), iso, access, deferrable)
+	b = append(b, ';')
+	b = append(b, p.lockSQL...)
+	return string(b)
+}
+
+// appendBegin appends BEGIN with the transaction modes.
+func appendBegin(b []byte, iso, access, deferrable string) []byte {
 	b = append(b, "BEGIN"...)
 	if iso != "" {
 		b = append(b, " ISOLATION LEVEL "...)
@@ -143,9 +157,7 @@ func (p *plan) beginSQL(iso, access, deferrable string) string {
 		b = append(b, ' ')
 		b = append(b, deferrable...)
 	}
-	b = append(b, ';')
-	b = append(b, p.lockSQL...)
-	return string(b)
+	return b
 }
 
 // observedKey is the int64 an observe.Event carries for k: the bigint key,
@@ -153,6 +165,27 @@ func (p *plan) beginSQL(iso, access, deferrable string) string {
 func observedKey(k advisory.Key) int64 {
 	classid, objid, _ := k.Locktag()
 	return int64(uint64(classid)<<32 | uint64(objid))
+}
+
+// normalPgxOptions is o with its modes checked (pgxModes) and spelled as
+// pgx's constants, and no BeginQuery.
+func normalPgxOptions(o pgx.TxOptions) (pgx.TxOptions, error) {
+	iso, access, deferrable, err := pgxModes(o)
+	if err != nil {
+		return pgx.TxOptions{}, err
+	}
+	return keywordOptions(iso, access, deferrable, o.CommitQuery), nil
+}
+
+// keywordOptions turns BEGIN keywords (from pgxModes or sqlIsolation) into
+// pgx options: pgx's constants are the keywords in lower case.
+func keywordOptions(iso, access, deferrable, commitQuery string) pgx.TxOptions {
+	return pgx.TxOptions{
+		IsoLevel:       pgx.TxIsoLevel(strings.ToLower(iso)),
+		AccessMode:     pgx.TxAccessMode(strings.ToLower(access)),
+		DeferrableMode: pgx.TxDeferrableMode(strings.ToLower(deferrable)),
+		CommitQuery:    commitQuery,
+	}
 }
 
 // pgxModes returns the BEGIN keywords for pgx's transaction modes, checked

@@ -244,7 +244,8 @@ func (c *config) lockFailed(ctx context.Context, p *plan, n int, start time.Time
 	}
 	ev := observe.Event{Kind: observe.LockAcquire, Attempt: n, Wait: wait, Err: err}
 	switch {
-	case p.tryOnce && code == codeInvalidText && strings.Contains(err.Error(), notAcquiredMarker):
+	case p.tryOnce && (errors.Is(err, errHeldElsewhere) ||
+		code == codeInvalidText && strings.Contains(err.Error(), notAcquiredMarker)):
 		ev.Outcome = observe.Busy
 		err = &LockError{Keys: p.keys, Shared: p.shared, TryOnce: true, Wait: wait}
 	case code == retry.CodeLockNotAvailable:

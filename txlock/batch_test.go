@@ -1,0 +1,75 @@
+package txlock_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/txlock"
+)
+
+// TestLockStatementsPrepared: in pgx's default exec mode the lock
+// statements are prepared once per connection and reused (the server's
+// pg_prepared_statements lists them, once, with their execution count); in
+// exec mode — the one for PgBouncer in transaction mode — nothing of
+// txlock's is prepared.
+func TestLockStatementsPrepared(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for _, mode := range []string{"cache_statement", "exec"} {
+		t.Run(mode, func(t *testing.T) {
+			conn, err := pgx.Connect(ctx, withParam(db.DSN, "default_query_exec_mode="+mode))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			const n = 5
+			for i := range n {
+				for _, keys := range [][]advisory.Key{{advisory.KeyInt(int64(i))}, {advisory.KeyPair(1, int32(i)), advisory.KeyInt(7)}} {
+					if err := txlock.DoPgxKeys(ctx, conn, keys, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			rows, err := conn.Query(ctx, `SELECT statement, generic_plans + custom_plans
+				FROM pg_prepared_statements WHERE statement LIKE 'SELECT pg_catalog.pg_advisory%' ORDER BY statement`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type stmt struct {
+				SQL  string
+				Runs int64
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stmt])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode == "exec" {
+				if len(got) != 0 {
+					t.Fatalf("exec mode: prepared %v, want nothing", got)
+				}
+				return
+			}
+			// One statement per shape, each prepared once: the single key
+			// (with the timeout) n times, and for the pair of keys the
+			// first in canonical order (the int8 key) the same statement
+			// n times more, the pair (no timeout: set once per
+			// transaction) n times.
+			want := map[string]int64{
+				"SELECT pg_catalog.pg_advisory_xact_lock($2::int8) FROM (SELECT pg_catalog.set_config('lock_timeout', $1::text, true)) s": 2 * n,
+				"SELECT pg_catalog.pg_advisory_xact_lock($1::int4, $2::int4)":                                                             n,
+			}
+			if len(got) != len(want) {
+				t.Fatalf("prepared %v, want %v", got, want)
+			}
+			for _, s := range got {
+				if want[s.SQL] != s.Runs {
+					t.Errorf("prepared %q ran %d times, want %d (of %v)", s.SQL, s.Runs, want[s.SQL], got)
+				}
+			}
+		})
+	}
+}
