@@ -37,13 +37,17 @@ func withParam(dsn, kv string) string {
 //   - hand: the same with the lock added by hand — pgx: BeginQuery
 //     "BEGIN;SELECT pg_advisory_xact_lock(<key>)" (the baseline's best form);
 //     database/sql: BeginTx then ExecContext of the lock (the naive form);
-//   - locked: the same through txlock (Do / DoPgx) with the options named.
+//   - locked: the same through txlock (Do / DoPgx) with the options named;
+//   - floor (pgx only): BEGIN and the cheapest statement there is, a
+//     prepared SELECT $1::int8, as one batch (pgx.Batch.BeginTx) — what any
+//     statement sent with BEGIN costs, before it takes a lock.
 //
 // It reports each one's µs per transaction, tput-ratio = locked throughput
-// / unlocked throughput (targets: pgx ≥ 0.97, database/sql ≥ 0.85) and
-// hand-ratio, the same for the hand-written lock, so that txlock's own cost
-// (locked vs hand) and the cost of one more statement on the machine at
-// hand (hand vs unlocked) can be told apart.
+// / unlocked throughput (targets: pgx ≥ 0.97, database/sql ≥ 0.85),
+// hand-ratio, the same for the hand-written lock, and floor-ratio, so that
+// txlock's own cost (locked vs hand, locked vs floor) and the cost of one
+// more statement on the machine at hand (hand and floor vs unlocked) can be
+// told apart.
 func BenchmarkUncontended(b *testing.B) {
 	db := pgtest.New(b)
 	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n bigint NOT NULL)")
@@ -93,6 +97,26 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	}
 	pgxUnlocked := pgxTx(nil)
+	pgxFloor := func(id int) error {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{})
+		b.Queue("SELECT $1::int8", int64(id))
+		br := conn.SendBatch(ctx, b)
+		tx := br.Tx()
+		if err := br.Close(); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, update, id); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		return tx.Commit(ctx)
+	}
 	pgxHand := pgxTx(func(id int) string { return "BEGIN;SELECT pg_advisory_xact_lock(" + strconv.Itoa(id) + ")" })
 	pgxLocked := func(opts ...txlock.Option) func(int) error {
 		return func(id int) error {
@@ -130,19 +154,22 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	}
 	for _, bc := range []struct {
-		name                   string
-		unlocked, hand, locked func(int) error
+		name                          string
+		unlocked, hand, locked, floor func(int) error
 	}{
-		{"pgx", pgxUnlocked, pgxHand, pgxLocked()},
-		{"pgx/no-timeout", pgxUnlocked, pgxHand, pgxLocked(txlock.WithTimeout(0))},
-		{"pgx/try-once", pgxUnlocked, pgxHand, pgxLocked(txlock.TryOnce())},
-		{"sql", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain)},
-		{"sql/no-timeout", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain, txlock.WithTimeout(0))},
-		{"sql+OpenDB", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold)},
-		{"sql+OpenDB/no-timeout", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold, txlock.WithTimeout(0))},
+		{"pgx", pgxUnlocked, pgxHand, pgxLocked(), pgxFloor},
+		{"pgx/no-timeout", pgxUnlocked, pgxHand, pgxLocked(txlock.WithTimeout(0)), pgxFloor},
+		{"pgx/try-once", pgxUnlocked, pgxHand, pgxLocked(txlock.TryOnce()), pgxFloor},
+		{"sql", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain), nil},
+		{"sql/no-timeout", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain, txlock.WithTimeout(0)), nil},
+		{"sql+OpenDB", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold), nil},
+		{"sql+OpenDB/no-timeout", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold, txlock.WithTimeout(0)), nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			arms := []func(int) error{bc.unlocked, bc.hand, bc.locked}
+			if bc.floor != nil {
+				arms = append(arms, bc.floor)
+			}
 			// Warm every pooled connection and its statement cache.
 			for i := range 16 {
 				for _, arm := range arms {
@@ -151,14 +178,14 @@ func BenchmarkUncontended(b *testing.B) {
 					}
 				}
 			}
-			var spent [3]time.Duration
+			var spent [4]time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for j := range arms {
 					// Rotate the order; each arm its own row.
 					a := (i + j) % len(arms)
 					t0 := time.Now()
-					if err := arms[a]((i + a*benchRows/3) % benchRows); err != nil {
+					if err := arms[a]((i + a*benchRows/len(arms)) % benchRows); err != nil {
 						b.Fatal(err)
 					}
 					spent[a] += time.Since(t0)
@@ -171,6 +198,10 @@ func BenchmarkUncontended(b *testing.B) {
 			b.ReportMetric(us(spent[2]), "locked-µs/tx")
 			b.ReportMetric(float64(spent[0])/float64(spent[2]), "tput-ratio")
 			b.ReportMetric(float64(spent[0])/float64(spent[1]), "hand-ratio")
+			if bc.floor != nil {
+				b.ReportMetric(us(spent[3]), "floor-µs/tx")
+				b.ReportMetric(float64(spent[0])/float64(spent[3]), "floor-ratio")
+			}
 		})
 	}
 }
