@@ -64,6 +64,12 @@
 //   - Bad input (nil handle, nil fn, no keys, an invalid key, an unknown pgx
 //     transaction mode): ErrNilDB, ErrNilFunc, ErrNoKeys,
 //     advisory.ErrInvalidKey, ErrTxOptions; nothing is sent.
+//   - From inside fn, with fn's context, a transaction on a key the
+//     enclosing one holds, in a conflicting mode (either exclusive): an
+//     error matching ErrAlreadyHeld (and advisory.ErrAlreadyHeld), nothing
+//     sent. It would run on another connection and wait for the enclosing
+//     transaction's lock, which waits for fn: a deadlock the server cannot
+//     see. Shared inside shared is allowed.
 //
 // ROLLBACK after a failure runs on a context detached from the caller's
 // cancellation (bounded to a few seconds), so a connection is rolled back

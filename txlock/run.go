@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -134,18 +136,49 @@ func Run[T any](ctx context.Context, keys []advisory.Key, begin BeginFunc[T], fn
 	if err != nil {
 		return err
 	}
+	h, err := newHold(ctx, p)
+	if err != nil {
+		return err
+	}
 	policy := cfg.retryPolicy()
 	if policy == nil {
-		return runAttempt(ctx, &cfg, p, 1, begin, fn)
+		return runAttempt(ctx, &cfg, p, h, 1, begin, fn)
 	}
 	n := 0
 	return policy.Do(ctx, func(ctx context.Context) error {
 		n++
-		return runAttempt(ctx, &cfg, p, n, begin, fn)
+		return runAttempt(ctx, &cfg, p, h, n, begin, fn)
 	})
 }
 
-func runAttempt[T any](ctx context.Context, c *config, p *plan, n int, begin BeginFunc[T], fn func(context.Context, T) error) error {
+// hold records, in the context fn runs with, the keys its transaction
+// holds, so that a transaction asked for from inside fn can see them.
+type hold struct {
+	keys   []advisory.Key // canonical order
+	shared bool
+	outer  *hold
+}
+
+type holdKey struct{}
+
+// newHold checks p against the holds ctx carries and returns p's hold,
+// linked to them; ErrAlreadyHeld for a key held in a conflicting mode.
+func newHold(ctx context.Context, p *plan) (*hold, error) {
+	outer, _ := ctx.Value(holdKey{}).(*hold)
+	for h := outer; h != nil; h = h.outer {
+		if h.shared && p.shared {
+			continue // shared locks do not conflict
+		}
+		for _, k := range p.keys {
+			if _, found := slices.BinarySearchFunc(h.keys, k, advisory.Key.Compare); found {
+				return nil, fmt.Errorf("txlock: key %s: %w", k, ErrAlreadyHeld)
+			}
+		}
+	}
+	return &hold{keys: p.keys, shared: p.shared, outer: outer}, nil
+}
+
+func runAttempt[T any](ctx context.Context, c *config, p *plan, h *hold, n int, begin BeginFunc[T], fn func(context.Context, T) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -194,7 +227,7 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, n int, begin Beg
 			c.observe(ctx, p, observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked)})
 		}
 	}()
-	err = fn(ctx, v)
+	err = fn(context.WithValue(ctx, holdKey{}, h), v)
 	returned = true
 	if err == nil {
 		// Never COMMIT for a caller who has gone away.

@@ -1,0 +1,78 @@
+package txlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/txlock"
+)
+
+// TestNestedSameKey: a transaction asked for from inside another's fn, with
+// fn's context, on a key the outer one holds in a conflicting mode, is
+// refused at once with ErrAlreadyHeld — without WithTimeout it would wait
+// forever for a lock its own caller holds, a cycle the server cannot see.
+// Shared inside shared, and other keys, run as usual.
+func TestNestedSameKey(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	a, b, c := advisory.KeyOf("nested:a"), advisory.KeyOf("nested:b"), advisory.KeyPair(9, 9)
+	for _, be := range backends(t, db, bePgxPool, beFold, bePQ) {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := context.Background()
+			for _, tc := range []struct {
+				name          string
+				outer, inner  []advisory.Key
+				oshared, ishr bool
+				conflict      bool
+			}{
+				{"same key", []advisory.Key{a}, []advisory.Key{a}, false, false, true},
+				{"overlapping sets", []advisory.Key{a, c}, []advisory.Key{b, c}, false, false, true},
+				{"shared inside exclusive", []advisory.Key{a}, []advisory.Key{a}, false, true, true},
+				{"exclusive inside shared", []advisory.Key{a}, []advisory.Key{a}, true, false, true},
+				{"shared inside shared", []advisory.Key{a}, []advisory.Key{a}, true, true, false},
+				{"other key", []advisory.Key{a}, []advisory.Key{b}, false, false, false},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					mode := func(shared bool) []txlock.Option {
+						o := []txlock.Option{txlock.WithTimeout(0)} // a missed conflict hangs: the test's timeout catches it
+						if shared {
+							o = append(o, txlock.Shared())
+						}
+						return o
+					}
+					innerRan := false
+					err := be.do(ctx, tc.outer, func(ctx context.Context, _ q) error {
+						return be.do(ctx, tc.inner, func(context.Context, q) error {
+							innerRan = true
+							return nil
+						}, mode(tc.ishr)...)
+					}, mode(tc.oshared)...)
+					if !tc.conflict {
+						if err != nil || !innerRan {
+							t.Fatalf("err = %v, inner ran = %v; want both to run", err, innerRan)
+						}
+						return
+					}
+					if !errors.Is(err, txlock.ErrAlreadyHeld) || !errors.Is(err, advisory.ErrAlreadyHeld) {
+						t.Fatalf("err = %v, want ErrAlreadyHeld", err)
+					}
+					if innerRan {
+						t.Fatal("the inner transaction ran")
+					}
+				})
+			}
+			// Without fn's context there is nothing to see: the inner
+			// transaction waits, here until its timeout.
+			err := be.do(ctx, []advisory.Key{a}, func(context.Context, q) error {
+				return be.do(ctx, []advisory.Key{a}, func(context.Context, q) error { return nil }, txlock.WithTimeout(50*time.Millisecond))
+			})
+			if !errors.Is(err, txlock.ErrTimeout) {
+				t.Fatalf("nested without fn's context: %v, want ErrTimeout", err)
+			}
+		})
+	}
+}
