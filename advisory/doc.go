@@ -70,13 +70,15 @@
 // How the bounds are kept: the caller's context goes to the driver as it
 // is; the package's own bounds (the wait, the unlock, a keepalive check) are
 // deadlines on the statement. With pgx (a pgx pool, or database/sql with
-// pgx's stdlib driver) they are the connection's I/O deadline, so they hold
+// pgx's stdlib driver) they are the connection's read deadline, so they hold
 // even when the server stops answering without an error, as behind a
 // network partition: the statement fails as a timeout, the connection is
 // closed, and the server ends the session (and its lock) when it sees the
 // close (TestSilentConnection). pgx watches a context that can end with a
-// callback per statement; an I/O deadline costs less, which is most of why
-// a lock-and-unlock cycle costs within 10% of the bare statements. With
+// callback per statement; a read deadline costs less, and the wait bound
+// for a pooled connection comes from one timer per Locker rather than a
+// context.WithDeadline per call, which is most of why a lock-and-unlock
+// cycle costs within 10% of the bare statements. With
 // other database/sql drivers the bounds are context deadlines; lib/pq
 // answers a cancelled context with a cancel request but keeps reading, so
 // against a silent server it waits until TCP gives up.

@@ -692,3 +692,55 @@ func TestPanics(t *testing.T) {
 		mustUnlock(t, mustLock(t)(l2.TryLock(ctx, key)))
 	})
 }
+
+// TestWaitForPooledConnection: the wait bound covers the wait for a pooled
+// connection too. With the pool's only connection holding a lock, a second
+// acquisition (any kind) ends with ErrTimeout at the bound, one cancelled
+// while it waits ends with context.Canceled, and once the lock is released
+// the connection serves again.
+func TestWaitForPooledConnection(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	pool := pgxPoolWith(t, db, 1)
+	sdb := db.OpenSQL()
+	sdb.SetMaxOpenConns(1)
+	for name, open := range map[string]func(...advisory.Option) *advisory.Locker{
+		"pgxpool": func(o ...advisory.Option) *advisory.Locker { return advisory.NewPool(pool, o...) },
+		"sql-pgx": func(o ...advisory.Option) *advisory.Locker { return advisory.New(sdb, o...) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := open(advisory.WithWaitTimeout(200 * time.Millisecond))
+			held := mustLock(t)(l.Lock(ctx, advisory.KeyInt(1)))
+			defer held.Unlock(ctx) // on failure; ErrNotHeld after the Unlock below
+			for _, acquire := range []struct {
+				name string
+				f    func(context.Context, advisory.Key) (*advisory.Lock, error)
+			}{{"Lock", l.Lock}, {"TryLock", l.TryLock}, {"RLock", l.RLock}, {"TryRLock", l.TryRLock}} {
+				lk, err := acquire.f(ctx, advisory.KeyInt(2))
+				if err == nil {
+					mustUnlock(t, lk)
+				}
+				if !errors.Is(err, advisory.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%s with the pool exhausted: %v, want ErrTimeout (the Locker's bound, not a context's)", acquire.name, err)
+				}
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				lk, err := open().TryLock(cctx, advisory.KeyInt(3)) // default bound: 5 s
+				if err == nil {
+					lk.Unlock(ctx)
+				}
+				done <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // let it wait; either order is a valid test
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("TryLock cancelled while waiting for a connection: %v, want context.Canceled", err)
+			}
+			mustUnlock(t, held)
+			mustUnlock(t, mustLock(t)(l.TryLock(ctx, advisory.KeyInt(2))))
+		})
+	}
+}

@@ -33,6 +33,7 @@ type Locker struct {
 	err error // from New: nil handle or invalid option
 
 	keeper *keeper // keepalive checks of the held locks
+	bounds *bounds // wait bounds of acquisitions waiting for a connection
 
 	verified atomic.Bool
 	probeSem chan struct{} // one probe at a time; guards probeErr
@@ -169,6 +170,7 @@ func newLocker(b backend, opts []Option) *Locker {
 		}
 	}
 	l.keeper = newKeeper(l.cfg.keepalive)
+	l.bounds = newBounds()
 	return l
 }
 
@@ -330,9 +332,9 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	}
 	wctx := ctx
 	if !ctxBound {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithDeadline(ctx, waitEnd)
-		defer cancel()
+		bc := l.bounds.start(ctx, waitEnd)
+		defer l.bounds.finish(bc)
+		wctx = bc
 	}
 	// waitedOut reports whether the wait bound has passed (a timer of the
 	// driver's can fire just before the context's own).
@@ -341,6 +343,9 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	timeout := func(cause error) *Error {
 		if ctx.Err() != nil {
 			return ctxError(op, key, ctx)
+		}
+		if !ctxBound && errors.Is(cause, context.DeadlineExceeded) {
+			cause = nil // the Locker's own bound, not a context's deadline
 		}
 		if ctxBound && !errors.Is(cause, context.DeadlineExceeded) {
 			if cause == nil {

@@ -26,7 +26,7 @@ type backend interface {
 // statement cut short by either leaves the connection in doubt, and the
 // caller destroys it. The package's own bounds (wait, unlock, keepalive)
 // travel as deadline rather than as a context derived from ctx: on pgx
-// they become the connection's I/O deadline, so that a statement under a
+// they become the connection's read deadline, so that a statement under a
 // context that cannot end (context.Background, context.WithoutCancel) is
 // not watched at all — pgx registers a callback on every cancellable
 // context per statement, which costs more than the deadline on the
@@ -185,25 +185,28 @@ func (s pgxSession) exec(ctx context.Context, deadline time.Time, query string) 
 	})
 }
 
-// withDeadline runs f, one statement on c, under c's I/O deadline
-// (cleared when deadline is zero). The deadline stays set afterwards, as
-// every statement sets its own and release clears it: a held lock's
-// connection carries the last statement's stale deadline while it idles,
-// which costs one timer change per statement instead of two. A statement
-// that runs into the deadline fails with a timeout error and pgx closes the
-// connection: the outcome is in doubt, and a closed connection holds no
-// session lock.
+// withDeadline runs f, one statement on c, under c's read deadline
+// (cleared when deadline is zero). A read deadline is enough: the package's
+// statements are a few dozen bytes written to an idle connection's empty
+// send buffer, so what a silent server withholds is the answer; and it is
+// one runtime timer where SetDeadline arms two. The deadline stays set
+// afterwards, as every statement sets its own and release clears it: a held
+// lock's connection carries the last statement's stale deadline while it
+// idles, which costs one timer change per statement instead of two. A
+// statement that runs into the deadline fails with a timeout error and pgx
+// closes the connection: the outcome is in doubt, and a closed connection
+// holds no session lock.
 func withDeadline(c *pgx.Conn, deadline time.Time, f func() error) error {
-	if err := c.PgConn().Conn().SetDeadline(deadline); err != nil {
+	if err := c.PgConn().Conn().SetReadDeadline(deadline); err != nil {
 		return err
 	}
 	return f()
 }
 
-// clearDeadline removes the I/O deadline the last statement left on c, for
+// clearDeadline removes the read deadline the last statement left on c, for
 // the connection's next user; false if that failed.
 func clearDeadline(c *pgx.Conn) bool {
-	return c.PgConn().Conn().SetDeadline(time.Time{}) == nil
+	return c.PgConn().Conn().SetReadDeadline(time.Time{}) == nil
 }
 
 // release: pgxpool itself destroys a connection that is closed, busy or
