@@ -45,18 +45,18 @@ func (tc *turnCounter) dial(ctx context.Context, network, addr string) (net.Conn
 	return &countedConn{Conn: conn, c: tc}, nil
 }
 
-// countedLockers returns Lockers on one-connection pools whose round trips
-// tc counts.
-func countedLockers(t *testing.T, db *pgtest.DB, tc *turnCounter, opts ...advisory.Option) map[string]*advisory.Locker {
+// dialedLockers returns Lockers, one per pgx backend, on one-connection
+// pools of db that dial through dial. Both drivers ping a pooled connection
+// idle for over a second before handing it out; that is the drivers'
+// policy, not this package's, and it is off here so that what a test sees
+// on the wire cannot depend on scheduling.
+func dialedLockers(t *testing.T, db *pgtest.DB, dial func(context.Context, string, string) (net.Conn, error), opts ...advisory.Option) map[string]*advisory.Locker {
 	pcfg, err := pgxpool.ParseConfig(db.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pcfg.MaxConns = 1
-	pcfg.ConnConfig.DialFunc = tc.dial
-	// Both drivers ping a pooled connection idle for over a second before
-	// handing it out. That is the drivers' policy, not this package's; it
-	// is off here so that the count cannot depend on scheduling.
+	pcfg.ConnConfig.DialFunc = dial
 	pcfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
@@ -67,7 +67,7 @@ func countedLockers(t *testing.T, db *pgtest.DB, tc *turnCounter, opts ...adviso
 	if err != nil {
 		t.Fatal(err)
 	}
-	ccfg.DialFunc = tc.dial
+	ccfg.DialFunc = dial
 	var sdb *sql.DB = stdlib.OpenDB(*ccfg,
 		stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
 	sdb.SetMaxOpenConns(1)
@@ -107,7 +107,7 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatalf("ten statements counted as %d round trips", n)
 	}
 	plain.Close(ctx)
-	for name, l := range countedLockers(t, db, &tc, advisory.WithKeepalive(time.Hour)) {
+	for name, l := range dialedLockers(t, db, tc.dial, advisory.WithKeepalive(time.Hour)) {
 		ops := map[string]func(context.Context, advisory.Key) (*advisory.Lock, error){
 			"TryLock": l.TryLock, "Lock": l.Lock, "TryRLock": l.TryRLock, "RLock": l.RLock,
 		}

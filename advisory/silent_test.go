@@ -9,10 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
@@ -22,7 +18,9 @@ import (
 // partition — nothing fails, everything waits. Muting affects the
 // connections open at the time; ones dialed later (pgx's cancel request)
 // get through. Closing a connection still closes its socket, so the server
-// sees the session end.
+// sees the session end. (Only pgx backends: lib/pq answers a cancelled
+// context with a cancel request but keeps reading, so a silent network
+// holds it until TCP gives up; see the package documentation.)
 type muteDialer struct {
 	mu    sync.Mutex
 	conns []*muteConn
@@ -57,36 +55,6 @@ func (d *muteDialer) set(muted bool) {
 	defer d.mu.Unlock()
 	for _, c := range d.conns {
 		c.muted.Store(muted)
-	}
-}
-
-// muteLockers returns Lockers on one-connection pools that dial through d,
-// one per pgx backend. (lib/pq is not among them: on cancellation it sends a cancel
-// request but keeps reading, so a silent network holds it until TCP gives
-// up; see the package documentation.)
-func muteLockers(t *testing.T, db *pgtest.DB, d *muteDialer, opts ...advisory.Option) map[string]*advisory.Locker {
-	pcfg, err := pgxpool.ParseConfig(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.ConnConfig.DialFunc = d.dial
-	pcfg.MaxConns = 1 // the muted connection is the one the Locker gets
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	ccfg, err := pgx.ParseConfig(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccfg.DialFunc = d.dial
-	sdb := stdlib.OpenDB(*ccfg)
-	sdb.SetMaxOpenConns(1)
-	t.Cleanup(func() { sdb.Close() })
-	return map[string]*advisory.Locker{
-		"pgxpool": advisory.NewPool(pool, opts...),
-		"sql-pgx": advisory.New(sdb, opts...),
 	}
 }
 
@@ -129,7 +97,7 @@ func TestSilentConnection(t *testing.T) {
 	adm := admin(t, db)
 	ctx := context.Background()
 	var d muteDialer
-	lockers := muteLockers(t, db, &d,
+	lockers := dialedLockers(t, db, d.dial,
 		advisory.WithWaitTimeout(300*time.Millisecond),
 		advisory.WithUnlockTimeout(300*time.Millisecond),
 		advisory.WithKeepalive(time.Hour))
@@ -200,7 +168,7 @@ func TestSilentConnectionKeepalive(t *testing.T) {
 	adm := admin(t, db)
 	ctx := context.Background()
 	var d muteDialer
-	lockers := muteLockers(t, db, &d, advisory.WithKeepalive(100*time.Millisecond))
+	lockers := dialedLockers(t, db, d.dial, advisory.WithKeepalive(100*time.Millisecond))
 	for name, l := range lockers {
 		t.Run(name, func(t *testing.T) {
 			key := advisory.KeyOf("silent-keepalive:" + name)
