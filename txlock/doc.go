@@ -123,9 +123,12 @@
 //
 // in which try-once turns false into an error (a cast of a marker text to
 // int) that txlock reads back as ErrNotAcquired. On a database/sql handle
-// not opened by OpenDB, the same text follows BEGIN as one more round trip,
-// by the simple query protocol, which pgx's stdlib and lib/pq use for
-// argument-less statements.
+// not opened by OpenDB, the locks follow BEGIN as one more round trip: on a
+// *sql.DB of pgx's driver, one key as the bound statement above (prepared
+// once per connection); otherwise, and for several keys or TryOnce, the
+// text, by the simple query protocol, which pgx's stdlib and lib/pq use for
+// argument-less statements (lib/pq would spend a round trip preparing a
+// bound one).
 //
 // # Poolers
 //

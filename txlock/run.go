@@ -206,7 +206,7 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h *hold, n int, 
 		return c.lockFailed(ctx, p, n, start, err)
 	}
 	if !folded {
-		err = tx.Exec(ctx, p.lockSQL)
+		err = lockAfterBegin(ctx, tx, p)
 	}
 	if err == nil {
 		err = ctx.Err()
@@ -250,6 +250,28 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h *hold, n int, 
 	}
 	c.observe(ctx, p, ev)
 	return err
+}
+
+// boundExecer is a Tx whose driver runs a statement with bind arguments as
+// cheaply as one without: pgx's database/sql driver, which prepares it once
+// per connection (lib/pq, for one, spends a round trip preparing each).
+type boundExecer interface {
+	execBound(ctx context.Context, sql string, args ...any) error
+}
+
+// lockAfterBegin takes p's locks in a transaction BEGIN did not lock: one
+// key as one prepared statement where the driver prepares cheaply, else
+// every key in one simple-protocol message (one round trip for any number
+// of keys).
+func lockAfterBegin(ctx context.Context, tx Tx, p *plan) error {
+	if b, ok := tx.(boundExecer); ok && len(p.queries) == 1 {
+		q := p.queries[0]
+		if p.tryOnce {
+			return tx.Exec(ctx, p.lockSQL) // its answer is read as an error
+		}
+		return b.execBound(ctx, q.sql, q.args...)
+	}
+	return tx.Exec(ctx, p.lockSQL)
 }
 
 func isContextErr(err error) bool {

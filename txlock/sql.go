@@ -3,7 +3,10 @@ package txlock
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"reflect"
+
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlock/sqlock/advisory"
 )
@@ -37,13 +40,38 @@ func DoKeys(ctx context.Context, db DB, keys []advisory.Key, fn func(ctx context
 	if fn == nil {
 		return ErrNilFunc
 	}
+	prepares := onPgxStdlib(db)
 	return Run(ctx, keys, func(ctx context.Context, a *Attempt) (*sql.Tx, Tx, error) {
 		tx, err := db.BeginTx(ctx, a.TxOptions())
 		if err != nil {
 			return nil, nil, err
 		}
+		if prepares {
+			return tx, pgxStdlibTx{sqlTx{tx}}, nil
+		}
 		return tx, SQLTx(tx), nil
 	}, fn, opts...)
+}
+
+// onPgxStdlib reports whether db is a pool of pgx's database/sql driver
+// (stdlib.OpenDB, sql.Open("pgx", …), OpenDB), which prepares statements
+// with bind arguments once per connection.
+func onPgxStdlib(db DB) bool {
+	d, ok := db.(interface{ Driver() driver.Driver })
+	if !ok {
+		return false
+	}
+	_, ok = d.Driver().(*stdlib.Driver)
+	return ok
+}
+
+// pgxStdlibTx is a transaction of pgx's database/sql driver: a single lock
+// statement goes with bind arguments, prepared once per connection.
+type pgxStdlibTx struct{ sqlTx }
+
+func (t pgxStdlibTx) execBound(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, q, args...)
+	return err
 }
 
 // SQLTx adapts a *sql.Tx (or the one inside sqlx's *sqlx.Tx, or GORM's
