@@ -64,12 +64,15 @@
 //   - Bad input (nil handle, nil fn, no keys, an invalid key, an unknown pgx
 //     transaction mode): ErrNilDB, ErrNilFunc, ErrNoKeys,
 //     advisory.ErrInvalidKey, ErrTxOptions; nothing is sent.
-//   - From inside fn, with fn's context, a transaction on a key the
-//     enclosing one holds, in a conflicting mode (either exclusive): an
+//   - From inside fn, with fn's context and the same database handle, a
+//     transaction (Do, DoPgx and their Keys forms) on a key the enclosing
+//     one holds, in a conflicting mode (either exclusive): an
 //     error matching ErrAlreadyHeld (and advisory.ErrAlreadyHeld), nothing
 //     sent. It would run on another connection and wait for the enclosing
 //     transaction's lock, which waits for fn: a deadlock the server cannot
-//     see. Shared inside shared is allowed.
+//     see. Shared inside shared is allowed, and so is any key on another
+//     handle (it may be another database, whose advisory locks are its
+//     own); two handles on one database are not recognised as such.
 //
 // ROLLBACK after a failure runs on a context detached from the caller's
 // cancellation (bounded to a few seconds), so a connection is rolled back

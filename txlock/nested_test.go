@@ -12,15 +12,20 @@ import (
 )
 
 // TestNestedSameKey: a transaction asked for from inside another's fn, with
-// fn's context, on a key the outer one holds in a conflicting mode, is
+// fn's context and on the same handle, on a key the outer one holds in a
+// conflicting mode, is
 // refused at once with ErrAlreadyHeld — without WithTimeout it would wait
 // forever for a lock its own caller holds, a cycle the server cannot see.
-// Shared inside shared, and other keys, run as usual.
+// Shared inside shared, other keys, and the same key on another database
+// run as usual.
 func TestNestedSameKey(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
 	a, b, c := advisory.KeyOf("nested:a"), advisory.KeyOf("nested:b"), advisory.KeyPair(9, 9)
-	for _, be := range backends(t, db, bePgxPool, beFold, bePQ) {
+	otherDB := pgtest.New(t)
+	others := backends(t, otherDB, bePgxPool, beFold, bePQ)
+	for i, be := range backends(t, db, bePgxPool, beFold, bePQ) {
+		other := others[i]
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
 			for _, tc := range []struct {
@@ -65,9 +70,18 @@ func TestNestedSameKey(t *testing.T) {
 					}
 				})
 			}
+			// The same key on another handle — here another database,
+			// whose advisory locks are its own — is not a conflict.
+			err := be.do(ctx, []advisory.Key{a}, func(ctx context.Context, _ q) error {
+				return other.do(ctx, []advisory.Key{a}, func(context.Context, q) error { return nil }, txlock.WithTimeout(0))
+			})
+			if err != nil {
+				t.Fatalf("same key on another database: %v", err)
+			}
+
 			// Without fn's context there is nothing to see: the inner
 			// transaction waits, here until its timeout.
-			err := be.do(ctx, []advisory.Key{a}, func(context.Context, q) error {
+			err = be.do(ctx, []advisory.Key{a}, func(context.Context, q) error {
 				return be.do(ctx, []advisory.Key{a}, func(context.Context, q) error { return nil }, txlock.WithTimeout(50*time.Millisecond))
 			})
 			if !errors.Is(err, txlock.ErrTimeout) {

@@ -66,7 +66,7 @@ func DoPgxKeys(ctx context.Context, db PgxDB, keys []advisory.Key, fn func(ctx c
 			return tx, pgxTx{tx: tx}, nil
 		}
 	}
-	return Run(ctx, keys, begin, fn, opts...)
+	return run(ctx, db, keys, begin, fn, opts)
 }
 
 func connBegin(conn *pgx.Conn) BeginFunc[pgx.Tx] {

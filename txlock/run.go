@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -128,6 +129,13 @@ func attemptFrom(ctx context.Context) *Attempt {
 //		return tx, txlock.SQLTx(tx.Tx), nil
 //	}, fn, opts...)
 func Run[T any](ctx context.Context, keys []advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts ...Option) error {
+	return run(ctx, nil, keys, begin, fn, opts)
+}
+
+// run is Run on the database handle db, if known (nil otherwise): a
+// transaction asked for from inside fn on the same handle is checked
+// against the keys fn's transaction holds.
+func run[T any](ctx context.Context, db any, keys []advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts []Option) error {
 	if begin == nil || fn == nil {
 		return ErrNilFunc
 	}
@@ -136,7 +144,7 @@ func Run[T any](ctx context.Context, keys []advisory.Key, begin BeginFunc[T], fn
 	if err != nil {
 		return err
 	}
-	h, err := newHold(ctx, p)
+	h, err := newHold(ctx, db, p)
 	if err != nil {
 		return err
 	}
@@ -152,22 +160,30 @@ func Run[T any](ctx context.Context, keys []advisory.Key, begin BeginFunc[T], fn
 }
 
 // hold records, in the context fn runs with, the keys its transaction
-// holds, so that a transaction asked for from inside fn can see them.
+// holds and the handle it runs on, so that a transaction asked for from
+// inside fn can see them.
 type hold struct {
-	keys   []advisory.Key // canonical order
+	db     any // the database handle (comparable), nil if unknown
+	keys   []advisory.Key
 	shared bool
 	outer  *hold
 }
 
 type holdKey struct{}
 
-// newHold checks p against the holds ctx carries and returns p's hold,
-// linked to them; ErrAlreadyHeld for a key held in a conflicting mode.
-func newHold(ctx context.Context, p *plan) (*hold, error) {
+// newHold checks p, to run on db, against the holds ctx carries and returns
+// p's hold, linked to them; ErrAlreadyHeld for a key held on the same
+// handle in a conflicting mode. Holds on other handles (perhaps other
+// databases, whose advisory locks are separate) or unknown ones never
+// conflict.
+func newHold(ctx context.Context, db any, p *plan) (*hold, error) {
+	if db != nil && !reflect.TypeOf(db).Comparable() {
+		db = nil
+	}
 	outer, _ := ctx.Value(holdKey{}).(*hold)
-	for h := outer; h != nil; h = h.outer {
-		if h.shared && p.shared {
-			continue // shared locks do not conflict
+	for h := outer; h != nil && db != nil; h = h.outer {
+		if h.db != db || h.shared && p.shared {
+			continue // another handle, or shared locks, which do not conflict
 		}
 		for _, k := range p.keys {
 			if _, found := slices.BinarySearchFunc(h.keys, k, advisory.Key.Compare); found {
@@ -175,7 +191,7 @@ func newHold(ctx context.Context, p *plan) (*hold, error) {
 			}
 		}
 	}
-	return &hold{keys: p.keys, shared: p.shared, outer: outer}, nil
+	return &hold{db: db, keys: p.keys, shared: p.shared, outer: outer}, nil
 }
 
 func runAttempt[T any](ctx context.Context, c *config, p *plan, h *hold, n int, begin BeginFunc[T], fn func(context.Context, T) error) error {

@@ -41,7 +41,7 @@ func DoKeys(ctx context.Context, db DB, keys []advisory.Key, fn func(ctx context
 		return ErrNilFunc
 	}
 	prepares := onPgxStdlib(db)
-	return Run(ctx, keys, func(ctx context.Context, a *Attempt) (*sql.Tx, Tx, error) {
+	return run(ctx, db, keys, func(ctx context.Context, a *Attempt) (*sql.Tx, Tx, error) {
 		tx, err := db.BeginTx(ctx, a.TxOptions())
 		if err != nil {
 			return nil, nil, err
@@ -50,7 +50,7 @@ func DoKeys(ctx context.Context, db DB, keys []advisory.Key, fn func(ctx context
 			return tx, pgxStdlibTx{sqlTx{tx}}, nil
 		}
 		return tx, SQLTx(tx), nil
-	}, fn, opts...)
+	}, fn, opts)
 }
 
 // onPgxStdlib reports whether db is a pool of pgx's database/sql driver
