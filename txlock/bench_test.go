@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/contention"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/txlock"
 )
@@ -206,16 +206,17 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 }
 
-// BenchmarkHotKey is the contention driver: 32 workers (pool of 32)
-// increment one row by read-then-write, under txlock (pg_advisory_xact_lock
-// folded into BEGIN, then a plain SELECT) and under SELECT … FOR UPDATE (the
-// database's native way), alternating mode order each iteration; one
+// BenchmarkHotKey: 32 workers increment one row by read-then-write (the
+// contention driver, internal/contention), under txlock (the lock folded
+// into BEGIN, then a plain SELECT), under SELECT … FOR UPDATE (the
+// database's native way) and under the hand-written lock (the lock as a
+// statement of its own), rotating the mode order each iteration; one
 // iteration is a fixed amount of work per mode (32 × 200 increments). It runs
 // on a private cluster with production durability (fsync and
 // synchronous_commit on, as in the baseline) and reports, over all
 // iterations, each mode's throughput, latency p50/p99 (first attempt to
-// success) and txlock's throughput ratio to FOR UPDATE. The final value of
-// the row is checked against the number of successes.
+// success) and the locks' throughput ratio to FOR UPDATE. The driver checks
+// the row against the number of successes on every run.
 //
 //	go test -run '^$' -bench HotKey -benchtime 5x ./txlock
 func BenchmarkHotKey(b *testing.B) {
@@ -223,111 +224,24 @@ func BenchmarkHotKey(b *testing.B) {
 		"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on",
 	}})
 	db := cluster.NewDB(b)
-	db.Exec("CREATE TABLE hot (id int PRIMARY KEY, n bigint NOT NULL); INSERT INTO hot VALUES (1, 0)")
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(db.DSN)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = workers
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	key := advisory.KeyPair(4, 1) // table "hot", row 1
-
-	increment := func(ctx context.Context, tx pgx.Tx, forUpdate string) error {
-		var n int64
-		if err := tx.QueryRow(ctx, "SELECT n FROM hot WHERE id = 1"+forUpdate).Scan(&n); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "UPDATE hot SET n = $1 WHERE id = 1", n+1)
-		return err
-	}
 	modes := []struct {
 		name string
-		tx   func() error
-	}{
-		{"forupdate", func() error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return increment(ctx, tx, " FOR UPDATE") })
-		}},
-		{"txlock", func() error {
-			return txlock.DoPgx(ctx, pool, key, func(ctx context.Context, tx pgx.Tx) error { return increment(ctx, tx, "") })
-		}},
-		// The baseline's form (ii): the lock as a statement of its own.
-		{"hand", func() error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(0x4_00000001)); err != nil {
-					return err
-				}
-				return increment(ctx, tx, "")
-			})
-		}},
-	}
+		mode contention.Mode
+	}{{"forupdate", contention.ForUpdate}, {"txlock", contention.TxLock}, {"hand", contention.HandLock}}
 	const each = 200
 	lat := make([][]time.Duration, len(modes))
 	elapsed := make([]time.Duration, len(modes))
-	var successes int64
-	runMode := func(m int) {
-		var mu sync.Mutex
-		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				local := make([]time.Duration, 0, each)
-				for range each {
-					t0 := time.Now()
-					if err := modes[m].tx(); err != nil {
-						errs <- err
-						return
-					}
-					local = append(local, time.Since(t0))
-				}
-				mu.Lock()
-				lat[m] = append(lat[m], local...)
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		elapsed[m] += time.Since(start)
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
-		successes += workers * each
-	}
-	// Warm up: every pooled connection opened, statements prepared.
-	for m := range modes {
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := modes[m].tx(); err != nil {
-					b.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
-		successes += workers
-	}
-	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j := range modes {
-			runMode((i + j) % len(modes))
+			m := (i + j) % len(modes)
+			r, err := contention.Run(ctx, db.DSN, modes[m].mode, workers, each)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat[m] = append(lat[m], r.Latencies...)
+			elapsed[m] += r.Elapsed
 		}
-	}
-	b.StopTimer()
-	var n int64
-	if err := pool.QueryRow(ctx, "SELECT n FROM hot WHERE id = 1").Scan(&n); err != nil {
-		b.Fatal(err)
-	}
-	if n != successes {
-		b.Fatalf("row = %d after %d successful increments: lost updates", n, successes)
 	}
 	tput := make([]float64, len(modes))
 	for m, mode := range modes {

@@ -33,9 +33,12 @@ const (
 	TxLock      Mode = "txlock"
 	SessionLock Mode = "session lock"
 	Optimistic  Mode = "optimistic+retry"
+	// HandLock is the hand-written form txlock is measured against: a
+	// transaction whose first statement is SELECT pg_advisory_xact_lock($1).
+	HandLock Mode = "hand-written xact lock"
 )
 
-// Modes lists every mode, the baseline first.
+// Modes lists the modes of the bench-report sweep, the baseline first.
 var Modes = []Mode{ForUpdate, TxLock, SessionLock, Optimistic}
 
 // Result is one (mode, workers) measurement.
@@ -47,6 +50,9 @@ type Result struct {
 	Elapsed    time.Duration
 	Throughput float64 // successful increments per second
 	P50, P99   time.Duration
+	// Latencies are every increment's, sorted, for callers that pool
+	// several runs.
+	Latencies []time.Duration
 }
 
 const setup = `DROP TABLE IF EXISTS hot;
@@ -54,8 +60,10 @@ CREATE TABLE hot (id int PRIMARY KEY, n bigint NOT NULL, version bigint NOT NULL
 INSERT INTO hot (id, n) VALUES (1, 0);`
 
 // Run measures one mode with workers goroutines, each doing perWorker
-// increments, on the database dsn names. Latency runs from an increment's
-// first attempt to its success, retries and backoff included.
+// increments, on the database dsn names. Before the clock starts, each
+// worker does one increment, so that every connection is open and its
+// statements prepared. Latency runs from an increment's first attempt to
+// its success, retries and backoff included.
 func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Result, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -101,6 +109,16 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 				return err
 			})
 		}
+	case HandLock:
+		increment = func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				n, _ := key.Int64()
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", n); err != nil {
+					return err
+				}
+				return incrementTx(ctx, tx, "")
+			})
+		}
 	case Optimistic:
 		policy := retry.New(retry.WithMaxAttempts(10_000), retry.WithObserver(retries))
 		increment = func(ctx context.Context) error {
@@ -117,6 +135,32 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 		return Result{}, fmt.Errorf("contention: unknown mode %q", mode)
 	}
 
+	if _, _, err := work(ctx, workers, 1, increment); err != nil { // warm-up
+		return Result{}, fmt.Errorf("%s with %d workers: warm-up: %w", mode, workers, err)
+	}
+	warm := retries.n()
+	lat, elapsed, err := work(ctx, workers, perWorker, increment)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s with %d workers: %w", mode, workers, err)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, "SELECT n FROM hot WHERE id = 1").Scan(&n); err != nil {
+		return Result{}, err
+	}
+	if n != int64(workers+len(lat)) {
+		return Result{}, fmt.Errorf("%s with %d workers: row = %d after %d increments: lost updates", mode, workers, n, workers+len(lat))
+	}
+	return Result{
+		Mode: mode, Workers: workers, Successes: len(lat), Retries: retries.n() - warm, Elapsed: elapsed,
+		Throughput: float64(len(lat)) / elapsed.Seconds(),
+		P50:        lat[len(lat)/2], P99: lat[len(lat)*99/100],
+		Latencies:  lat,
+	}, nil
+}
+
+// work runs perWorker increments in each of workers goroutines and returns
+// their latencies, sorted, and the time they all took.
+func work(ctx context.Context, workers, perWorker int, increment func(context.Context) error) ([]time.Duration, time.Duration, error) {
 	lat := make([]time.Duration, 0, workers*perWorker)
 	var mu sync.Mutex
 	errs := make(chan error, workers)
@@ -144,21 +188,10 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 	elapsed := time.Since(start)
 	close(errs)
 	if err := errors.Join(drain(errs)...); err != nil {
-		return Result{}, fmt.Errorf("%s with %d workers: %w", mode, workers, err)
-	}
-	var n int64
-	if err := pool.QueryRow(ctx, "SELECT n FROM hot WHERE id = 1").Scan(&n); err != nil {
-		return Result{}, err
-	}
-	if n != int64(len(lat)) {
-		return Result{}, fmt.Errorf("%s with %d workers: row = %d after %d increments: lost updates", mode, workers, n, len(lat))
+		return nil, 0, err
 	}
 	slices.Sort(lat)
-	return Result{
-		Mode: mode, Workers: workers, Successes: len(lat), Retries: retries.n(), Elapsed: elapsed,
-		Throughput: float64(len(lat)) / elapsed.Seconds(),
-		P50:        lat[len(lat)/2], P99: lat[len(lat)*99/100],
-	}, nil
+	return lat, elapsed, nil
 }
 
 func incrementTx(ctx context.Context, tx pgx.Tx, suffix string) error {
