@@ -154,7 +154,7 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 		Mode: mode, Workers: workers, Successes: len(lat), Retries: retries.n() - warm, Elapsed: elapsed,
 		Throughput: float64(len(lat)) / elapsed.Seconds(),
 		P50:        lat[len(lat)/2], P99: lat[len(lat)*99/100],
-		Latencies:  lat,
+		Latencies: lat,
 	}, nil
 }
 
