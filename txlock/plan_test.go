@@ -17,6 +17,48 @@ import (
 	"github.com/sqlock/sqlock/advisory"
 )
 
+// The bound form the batch sends: one statement per key in canonical order,
+// the timeout (as text, whole milliseconds) only with the first, arguments
+// typed by casts so that the server's inference cannot pick another
+// overload.
+func TestLockQueries(t *testing.T) {
+	const to = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1::text, true)) s"
+	for _, tc := range []struct {
+		name string
+		keys []advisory.Key
+		opts []Option
+		want []lockQuery
+	}{
+		{"default", []advisory.Key{advisory.KeyInt(42)}, nil,
+			[]lockQuery{{"SELECT pg_catalog.pg_advisory_xact_lock($2::int8)" + to, []any{"5000ms", int64(42)}}}},
+		{"no timeout", []advisory.Key{advisory.KeyInt(-42)}, []Option{WithTimeout(0)},
+			[]lockQuery{{"SELECT pg_catalog.pg_advisory_xact_lock($1::int8)", []any{int64(-42)}}}},
+		{"shared, canonical order, duplicates once",
+			[]advisory.Key{advisory.KeyPair(-1, 2), advisory.KeyInt(math.MaxInt64), advisory.KeyInt(math.MinInt64), advisory.KeyInt(math.MaxInt64)},
+			[]Option{Shared(), WithTimeout(1500 * time.Microsecond)},
+			[]lockQuery{
+				{"SELECT pg_catalog.pg_advisory_xact_lock_shared($2::int8)" + to, []any{"2ms", int64(math.MinInt64)}},
+				{"SELECT pg_catalog.pg_advisory_xact_lock_shared($1::int8)", []any{int64(math.MaxInt64)}},
+				{"SELECT pg_catalog.pg_advisory_xact_lock_shared($1::int4, $2::int4)", []any{int32(-1), int32(2)}},
+			}},
+		{"try once: no timeout, answers read", []advisory.Key{advisory.KeyInt(7), advisory.KeyPair(1, 2)}, []Option{TryOnce(), WithTimeout(time.Second)},
+			[]lockQuery{
+				{"SELECT pg_catalog.pg_try_advisory_xact_lock($1::int8)", []any{int64(7)}},
+				{"SELECT pg_catalog.pg_try_advisory_xact_lock($1::int4, $2::int4)", []any{int32(1), int32(2)}},
+			}},
+	} {
+		c := newConfig(tc.opts)
+		p, err := newPlan(tc.keys, &c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if fmt.Sprint(p.queries) != fmt.Sprint(tc.want) {
+			t.Errorf("%s:\n got %v\nwant %v", tc.name, p.queries, tc.want)
+		}
+	}
+}
+
+
 // The exact statements txlock sends: keys as integer literals in canonical
 // order, duplicates once, the timeout in whole milliseconds.
 func TestLockSQL(t *testing.T) {
