@@ -58,7 +58,6 @@ func TestLockQueries(t *testing.T) {
 	}
 }
 
-
 // The exact statements txlock sends: keys as integer literals in canonical
 // order, duplicates once, the timeout in whole milliseconds.
 func TestLockSQL(t *testing.T) {
