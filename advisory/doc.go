@@ -102,7 +102,14 @@
 // in. Instead a hold is carried by a context: inside Do's function (or with
 // the context from Lock.Context), Lock, TryLock, RLock, TryRLock, Do and
 // DoShared of the same key on the same Locker return ErrAlreadyHeld at once,
-// without waiting on themselves. Without that context, a second request is
+// without waiting on themselves. The same holds across lockers and packages
+// for requests through the same pool (*sql.DB or *pgxpool.Pool) in a
+// conflicting mode (either exclusive): another Locker on that pool, or a
+// txlock transaction on it inside Do's function, and an advisory lock asked
+// for inside a txlock transaction's function — session and transaction
+// advisory locks share one lock space. Different pools may be different
+// databases, whose locks are their own, so they are never compared. Without
+// that context, a second request is
 // simply another session asking for the lock: it waits like any other
 // holder — so a goroutine that asks twice waits on itself until the wait
 // timeout and gets ErrTimeout, never longer. Other goroutines asking for a

@@ -28,9 +28,10 @@ var (
 	// (SQLSTATE 40P01).
 	ErrDeadlock = errors.New("advisory: deadlock detected (SQLSTATE 40P01)")
 	// ErrAlreadyHeld: the context already carries a hold of this key from
-	// this Locker (inside Do, or a context from Lock.Context). Locks are not
-	// re-entrant: see the package documentation.
-	ErrAlreadyHeld = errors.New("advisory: key already held by this Locker in this context")
+	// this Locker (inside Do, or a context from Lock.Context), or, through
+	// the same pool in a conflicting mode, from another Locker or a txlock
+	// transaction. Locks are not re-entrant: see the package documentation.
+	ErrAlreadyHeld = errors.New("advisory: key already held in this context")
 	// ErrLost: the lock's session ended — its connection died, the server
 	// ended it, or an unlock could not be confirmed (then the connection was
 	// closed, which ends the session and so releases the lock).

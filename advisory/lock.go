@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sqlock/sqlock/internal/holds"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -112,14 +113,15 @@ func (lk *Lock) Err() error {
 // Context returns a context derived from parent that ends when the lock is
 // lost (its cause then matches ErrLost) or cancel is called, and that
 // carries the hold: taking the same key from the same Locker with it (or a
-// context derived from it) returns ErrAlreadyHeld instead of waiting on
-// itself. Do passes such a context to its function. Call cancel when done.
+// context derived from it), or asking for it in a conflicting mode through
+// the same pool (another Locker, a txlock transaction), returns
+// ErrAlreadyHeld instead of waiting on itself. Do passes such a context to its function. Call cancel when done.
 func (lk *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	lost := lk.lostContext()
 	stop := context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
-	pn, _ := parent.Value(heldCtxKey{}).(*heldNode)
-	ctx = context.WithValue(ctx, heldCtxKey{}, &heldNode{lk: lk, parent: pn})
+	ctx = holds.With(ctx, &holds.Hold{Handle: lk.l.b.handle(), Tags: []holds.Tag{tagOf(lk.key)},
+		Shared: lk.shared, Ended: lk.ended.Load, Owner: lk.l})
 	return ctx, func() {
 		stop()
 		cancel(context.Canceled)

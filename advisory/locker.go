@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlock/sqlock/internal/holds"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -307,7 +310,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	if !key.Valid() {
 		return nil, &Error{Op: op, Key: key, Err: ErrInvalidKey}
 	}
-	if heldIn(ctx, l, key) {
+	if heldIn(ctx, l, key, shared) {
 		return nil, &Error{Op: op, Key: key, Err: ErrAlreadyHeld}
 	}
 	var sess session // set while this call owns a connection; destroyed on any unforeseen exit (panic)
@@ -487,20 +490,25 @@ func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool
 	return err
 }
 
-// heldNode marks a context as carrying a hold (Lock.Context).
-type heldNode struct {
-	lk     *Lock
-	parent *heldNode
+// heldIn reports whether ctx carries a hold that key, asked for from l in
+// mode shared, would wait for: the same key from this Locker (any mode; see
+// ErrAlreadyHeld), or a conflicting mode through the same pool, whoever took
+// it (another Locker, a txlock transaction).
+func heldIn(ctx context.Context, l *Locker, key Key, shared bool) bool {
+	tag := tagOf(key)
+	if _, ok := holds.Conflict(ctx, l.b.handle(), []holds.Tag{tag}, shared); ok {
+		return true
+	}
+	own := false
+	holds.Each(ctx, func(h *holds.Hold) bool {
+		own = h.Owner == l && slices.Contains(h.Tags, tag)
+		return !own
+	})
+	return own
 }
 
-type heldCtxKey struct{}
-
-func heldIn(ctx context.Context, l *Locker, key Key) bool {
-	n, _ := ctx.Value(heldCtxKey{}).(*heldNode)
-	for ; n != nil; n = n.parent {
-		if n.lk.l == l && n.lk.key == key && !n.lk.ended.Load() {
-			return true
-		}
-	}
-	return false
+// tagOf is k's identity in pg_locks.
+func tagOf(k Key) holds.Tag {
+	c, o, s := k.Locktag()
+	return holds.Tag{ClassID: c, ObjID: o, ObjSubID: s}
 }

@@ -18,6 +18,9 @@ type backend interface {
 	conn(ctx context.Context) (session, error)
 	// maxConns is the pool's connection limit, 0 for none.
 	maxConns() int
+	// handle is the pool itself, which identifies the database for
+	// package holds.
+	handle() any
 }
 
 // A session is one pinned connection, used by one goroutine at a time.
@@ -74,6 +77,7 @@ func (b sqlBackend) conn(ctx context.Context) (session, error) {
 }
 
 func (b sqlBackend) maxConns() int { return b.db.Stats().MaxOpenConnections }
+func (b sqlBackend) handle() any   { return b.db }
 
 // sqlSession runs statements through database/sql, for any driver.
 type sqlSession struct{ c *sql.Conn }
@@ -169,6 +173,7 @@ func (b pgxBackend) conn(ctx context.Context) (session, error) {
 }
 
 func (b pgxBackend) maxConns() int { return int(b.p.Config().MaxConns) }
+func (b pgxBackend) handle() any   { return b.p }
 
 type pgxSession struct{ c *pgxpool.Conn }
 

@@ -64,9 +64,10 @@
 //   - Bad input (nil handle, nil fn, no keys, an invalid key, an unknown pgx
 //     transaction mode): ErrNilDB, ErrNilFunc, ErrNoKeys,
 //     advisory.ErrInvalidKey, ErrTxOptions; nothing is sent.
-//   - From inside fn, with fn's context and the same database handle, a
-//     transaction (Do, DoPgx and their Keys forms) on a key the enclosing
-//     one holds, in a conflicting mode (either exclusive): an
+//   - From inside fn (or advisory.Do's function), with its context and the
+//     same database handle, a transaction (Do, DoPgx and their Keys forms)
+//     on a key the enclosing one holds, in a conflicting mode (either
+//     exclusive): an
 //     error matching ErrAlreadyHeld (and advisory.ErrAlreadyHeld), nothing
 //     sent. It would run on another connection and wait for the enclosing
 //     transaction's lock, which waits for fn: a deadlock the server cannot

@@ -31,9 +31,11 @@ var (
 	// a key was held elsewhere. The function did not run.
 	ErrNotAcquired = errors.New("txlock: advisory lock held elsewhere")
 	// ErrAlreadyHeld is matched by the error for a transaction asked for
-	// (Do, DoKeys, DoPgx, DoPgxKeys) from inside another one's fn, with fn's
-	// context and on the same database handle, on a key the enclosing
-	// transaction holds, in a conflicting mode (either is exclusive). The inner transaction would run on another connection and
+	// (Do, DoKeys, DoPgx, DoPgxKeys) with a context that carries a lock of
+	// the same key taken through the same database handle, in a conflicting
+	// mode (either is exclusive): from inside another transaction's fn, or
+	// inside advisory.Do (session and transaction locks share one lock
+	// space). The inner transaction would run on another connection and
 	// wait for the outer one's lock while the outer one waits for fn to
 	// return: a deadlock PostgreSQL cannot see, ended only by the timeout (or
 	// never, with WithTimeout(0)). Nothing is sent. It also matches

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/txlock"
@@ -88,5 +90,52 @@ func TestNestedSameKey(t *testing.T) {
 				t.Fatalf("nested without fn's context: %v, want ErrTimeout", err)
 			}
 		})
+	}
+}
+
+// TestNestedAcrossPackages: session locks (advisory) and transaction locks
+// share one lock space, so a txlock transaction inside advisory.Do on the
+// same key and pool — or advisory.Lock inside txlock's fn — would wait for
+// its own caller. Both are refused at once; another key, or shared inside
+// shared, runs.
+func TestNestedAcrossPackages(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	pool := db.OpenPool(nil)
+	l := advisory.NewPool(pool)
+	k, other := advisory.KeyOf("across:a"), advisory.KeyOf("across:b")
+	nop := func(context.Context, pgx.Tx) error { return nil }
+
+	err := l.Do(ctx, k, func(ctx context.Context) error {
+		return txlock.DoPgx(ctx, pool, k, nop, txlock.WithTimeout(0))
+	})
+	if !errors.Is(err, txlock.ErrAlreadyHeld) || !errors.Is(err, advisory.ErrAlreadyHeld) {
+		t.Fatalf("txlock inside advisory.Do, same key: %v, want ErrAlreadyHeld", err)
+	}
+	if err := l.Do(ctx, k, func(ctx context.Context) error { return txlock.DoPgx(ctx, pool, other, nop) }); err != nil {
+		t.Fatalf("txlock inside advisory.Do, other key: %v", err)
+	}
+	if err := l.DoShared(ctx, k, func(ctx context.Context) error {
+		return txlock.DoPgx(ctx, pool, k, nop, txlock.Shared())
+	}); err != nil {
+		t.Fatalf("shared inside shared: %v", err)
+	}
+
+	err = txlock.DoPgx(ctx, pool, k, func(ctx context.Context, _ pgx.Tx) error {
+		lk, err := l.Lock(ctx, k)
+		if err == nil {
+			lk.Unlock(ctx)
+		}
+		return err
+	})
+	if !errors.Is(err, advisory.ErrAlreadyHeld) {
+		t.Fatalf("advisory.Lock inside txlock's fn, same key: %v, want advisory.ErrAlreadyHeld", err)
+	}
+	err = txlock.DoPgx(ctx, pool, k, func(ctx context.Context, _ pgx.Tx) error {
+		return l.Do(ctx, other, func(context.Context) error { return nil })
+	})
+	if err != nil {
+		t.Fatalf("advisory inside txlock's fn, other key: %v", err)
 	}
 }

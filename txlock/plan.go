@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/holds"
 )
 
 // ErrTxOptions is matched by the error for pgx transaction modes txlock does
@@ -36,6 +37,7 @@ type plan struct {
 	timeout time.Duration // 0: no lock_timeout
 	lockSQL string        // the statements taking the locks (no BEGIN), as text
 	queries []lockQuery   // the same with bind arguments, for a batch
+	tags    []holds.Tag   // the keys' pg_locks identities, in keys' order
 }
 
 // newPlan validates keys and builds the lock statements. keys is not
@@ -66,6 +68,11 @@ func newPlan(keys []advisory.Key, c *config) (*plan, error) {
 	}
 	p.lockSQL = string(p.appendLockSQL(make([]byte, 0, 64+96*len(sorted))))
 	p.queries = p.lockQueries()
+	p.tags = make([]holds.Tag, len(sorted))
+	for i, k := range sorted {
+		c, o, s := k.Locktag()
+		p.tags[i] = holds.Tag{ClassID: c, ObjID: o, ObjSubID: s}
+	}
 	return p, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/holds"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 )
@@ -133,8 +133,9 @@ func Run[T any](ctx context.Context, keys []advisory.Key, begin BeginFunc[T], fn
 }
 
 // run is Run on the database handle db, if known (nil otherwise): a
-// transaction asked for from inside fn on the same handle is checked
-// against the keys fn's transaction holds.
+// request on the same handle, from inside fn with fn's context, is checked
+// against the locks fn's transaction holds (package holds), and so is this
+// one against the locks the caller's context carries.
 func run[T any](ctx context.Context, db any, keys []advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts []Option) error {
 	if begin == nil || fn == nil {
 		return ErrNilFunc
@@ -144,10 +145,10 @@ func run[T any](ctx context.Context, db any, keys []advisory.Key, begin BeginFun
 	if err != nil {
 		return err
 	}
-	h, err := newHold(ctx, db, p)
-	if err != nil {
-		return err
+	if tag, held := holds.Conflict(ctx, db, p.tags, p.shared); held {
+		return fmt.Errorf("txlock: key %s: %w", p.keys[slices.Index(p.tags, tag)], ErrAlreadyHeld)
 	}
+	h := holds.Hold{Handle: db, Tags: p.tags, Shared: p.shared}
 	policy := cfg.retryPolicy()
 	if policy == nil {
 		return runAttempt(ctx, &cfg, p, h, 1, begin, fn)
@@ -159,42 +160,7 @@ func run[T any](ctx context.Context, db any, keys []advisory.Key, begin BeginFun
 	})
 }
 
-// hold records, in the context fn runs with, the keys its transaction
-// holds and the handle it runs on, so that a transaction asked for from
-// inside fn can see them.
-type hold struct {
-	db     any // the database handle (comparable), nil if unknown
-	keys   []advisory.Key
-	shared bool
-	outer  *hold
-}
-
-type holdKey struct{}
-
-// newHold checks p, to run on db, against the holds ctx carries and returns
-// p's hold, linked to them; ErrAlreadyHeld for a key held on the same
-// handle in a conflicting mode. Holds on other handles (perhaps other
-// databases, whose advisory locks are separate) or unknown ones never
-// conflict.
-func newHold(ctx context.Context, db any, p *plan) (*hold, error) {
-	if db != nil && !reflect.TypeOf(db).Comparable() {
-		db = nil
-	}
-	outer, _ := ctx.Value(holdKey{}).(*hold)
-	for h := outer; h != nil && db != nil; h = h.outer {
-		if h.db != db || h.shared && p.shared {
-			continue // another handle, or shared locks, which do not conflict
-		}
-		for _, k := range p.keys {
-			if _, found := slices.BinarySearchFunc(h.keys, k, advisory.Key.Compare); found {
-				return nil, fmt.Errorf("txlock: key %s: %w", k, ErrAlreadyHeld)
-			}
-		}
-	}
-	return &hold{db: db, keys: p.keys, shared: p.shared, outer: outer}, nil
-}
-
-func runAttempt[T any](ctx context.Context, c *config, p *plan, h *hold, n int, begin BeginFunc[T], fn func(context.Context, T) error) error {
+func runAttempt[T any](ctx context.Context, c *config, p *plan, h holds.Hold, n int, begin BeginFunc[T], fn func(context.Context, T) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -243,7 +209,7 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h *hold, n int, 
 			c.observe(ctx, p, observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked)})
 		}
 	}()
-	err = fn(context.WithValue(ctx, holdKey{}, h), v)
+	err = fn(holds.With(ctx, &h), v) // h is a copy of its own for this attempt
 	returned = true
 	if err == nil {
 		// Never COMMIT for a caller who has gone away.
