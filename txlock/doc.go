@@ -67,9 +67,8 @@
 //   - From inside fn (or advisory.Do's function), with its context and the
 //     same database handle, a transaction (Do, DoPgx and their Keys forms)
 //     on a key the enclosing one holds, in a conflicting mode (either
-//     exclusive): an
-//     error matching ErrAlreadyHeld (and advisory.ErrAlreadyHeld), nothing
-//     sent. It would run on another connection and wait for the enclosing
+//     exclusive): an error matching ErrAlreadyHeld (and
+//     advisory.ErrAlreadyHeld), nothing sent. It would run on another connection and wait for the enclosing
 //     transaction's lock, which waits for fn: a deadlock the server cannot
 //     see. Shared inside shared is allowed, and so is any key on another
 //     handle (it may be another database, whose advisory locks are its
