@@ -2,6 +2,7 @@ package txlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -14,12 +15,13 @@ import (
 // TestLockStatementsPrepared: in pgx's default exec mode the lock
 // statements are prepared once per connection and reused (the server's
 // pg_prepared_statements lists them, once, with their execution count); in
-// exec mode — the one for PgBouncer in transaction mode — nothing of
-// txlock's is prepared.
+// every other mode — exec and simple_protocol are the ones for PgBouncer in
+// transaction mode — the same transactions work and nothing of txlock's is
+// prepared.
 func TestLockStatementsPrepared(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	for _, mode := range []string{"cache_statement", "exec"} {
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			conn, err := pgx.Connect(ctx, withParam(db.DSN, "default_query_exec_mode="+mode))
 			if err != nil {
@@ -29,8 +31,19 @@ func TestLockStatementsPrepared(t *testing.T) {
 			const n = 5
 			for i := range n {
 				for _, keys := range [][]advisory.Key{{advisory.KeyInt(int64(i))}, {advisory.KeyPair(1, int32(i)), advisory.KeyInt(7)}} {
-					if err := txlock.DoPgxKeys(ctx, conn, keys, func(context.Context, pgx.Tx) error { return nil }); err != nil {
-						t.Fatal(err)
+					for _, opts := range [][]txlock.Option{nil, {txlock.TryOnce()}} {
+						err := txlock.DoPgxKeys(ctx, conn, keys, func(ctx context.Context, tx pgx.Tx) error {
+							var n int
+							err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+								WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&n)
+							if err == nil && n != len(keys) {
+								err = fmt.Errorf("%d advisory locks held inside fn, want %d", n, len(keys))
+							}
+							return err
+						}, opts...)
+						if err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
 			}
@@ -47,9 +60,9 @@ func TestLockStatementsPrepared(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mode == "exec" {
+			if mode != "cache_statement" {
 				if len(got) != 0 {
-					t.Fatalf("exec mode: prepared %v, want nothing", got)
+					t.Fatalf("%s mode: prepared %v, want nothing", mode, got)
 				}
 				return
 			}
