@@ -82,25 +82,27 @@ func (b sqlBackend) handle() any   { return b.db }
 // sqlSession runs statements through database/sql, for any driver.
 type sqlSession struct{ c *sql.Conn }
 
-// sqlSession bounds statements with a context deadline: database/sql
-// watches every context anyway.
 func (s sqlSession) queryRow(ctx context.Context, deadline time.Time, query string, args []any, dest ...any) error {
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx, cancel := withContextDeadline(ctx, deadline)
+	defer cancel()
 	return s.c.QueryRowContext(ctx, query, args...).Scan(dest...)
 }
 
 func (s sqlSession) exec(ctx context.Context, deadline time.Time, query string) error {
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx, cancel := withContextDeadline(ctx, deadline)
+	defer cancel()
 	_, err := s.c.ExecContext(ctx, query)
 	return err
+}
+
+// withContextDeadline is how sqlSession bounds a statement: a context
+// deadline (database/sql watches every context anyway); none when deadline
+// is zero.
+func withContextDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if deadline.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
 }
 
 func (s sqlSession) release() { s.c.Close() }

@@ -35,8 +35,8 @@ type plan struct {
 	shared  bool
 	tryOnce bool
 	timeout time.Duration // 0: no lock_timeout
-	lockSQL string        // the statements taking the locks (no BEGIN), as text
-	queries []lockQuery   // the same with bind arguments, for a batch
+	lockSQL string        // lockText's, once built
+	queries []lockQuery   // the lock statements with bind arguments, for a batch
 	tags    []holds.Tag   // the keys' pg_locks identities, in keys' order
 }
 
@@ -66,7 +66,6 @@ func newPlan(keys []advisory.Key, c *config) (*plan, error) {
 	if !c.tryOnce {
 		p.timeout = c.timeout
 	}
-	p.lockSQL = string(p.appendLockSQL(make([]byte, 0, 64+96*len(sorted))))
 	p.queries = p.lockQueries()
 	p.tags = make([]holds.Tag, len(sorted))
 	for i, k := range sorted {
@@ -117,6 +116,16 @@ func (p *plan) appendLockSQL(b []byte) []byte {
 	return b
 }
 
+// lockText is the lock statements as text (appendLockSQL), built on first
+// use: the batch form, the usual one, does not need it. A plan is used by
+// one goroutine at a time.
+func (p *plan) lockText() string {
+	if p.lockSQL == "" {
+		p.lockSQL = string(p.appendLockSQL(make([]byte, 0, 64+96*len(p.keys))))
+	}
+	return p.lockSQL
+}
+
 // lockFunc is the name of the lock function in pg_catalog (always called
 // qualified, so that no function of the same name on the search_path can
 // stand in for it).
@@ -143,9 +152,10 @@ func timeoutMillis(d time.Duration) int64 {
 // one simple-protocol message, one round trip. Every part is a keyword
 // this package chose or the lock SQL it built.
 func (p *plan) beginSQL(iso, access, deferrable string) string {
-	b := appendBegin(make([]byte, 0, 64+len(p.lockSQL)), iso, access, deferrable)
+	text := p.lockText()
+	b := appendBegin(make([]byte, 0, 64+len(text)), iso, access, deferrable)
 	b = append(b, ';')
-	b = append(b, p.lockSQL...)
+	b = append(b, text...)
 	return string(b)
 }
 

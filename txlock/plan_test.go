@@ -93,8 +93,8 @@ func TestLockSQL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if p.lockSQL != tc.want {
-			t.Errorf("%s:\n got %s\nwant %s", tc.name, p.lockSQL, tc.want)
+		if got := p.lockText(); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -242,18 +242,15 @@ type boundExecer interface {
 }
 
 // lockAfterBegin takes p's locks in a transaction BEGIN did not lock: one
-// key as one prepared statement where the driver prepares cheaply, else
-// every key in one simple-protocol message (one round trip for any number
-// of keys).
+// key (waiting, not try-once) as one prepared statement where the driver
+// prepares cheaply, else every key in one simple-protocol message (one
+// round trip for any number of keys; try-once's answer read as an error).
 func lockAfterBegin(ctx context.Context, tx Tx, p *plan) error {
-	if b, ok := tx.(boundExecer); ok && len(p.queries) == 1 {
+	if b, ok := tx.(boundExecer); ok && len(p.queries) == 1 && !p.tryOnce {
 		q := p.queries[0]
-		if p.tryOnce {
-			return tx.Exec(ctx, p.lockSQL) // its answer is read as an error
-		}
 		return b.execBound(ctx, q.sql, q.args...)
 	}
-	return tx.Exec(ctx, p.lockSQL)
+	return tx.Exec(ctx, p.lockText())
 }
 
 func isContextErr(err error) bool {
