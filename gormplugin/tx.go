@@ -29,6 +29,12 @@ import (
 // carries the lock, so a locked transaction costs the round trips of an
 // unlocked one; on any other connection the lock is one more round trip.
 //
+// Inside fn, a locked transaction or an advisory lock on a key fn holds,
+// asked for with fn's context (tx.Statement.Context) through the same
+// *sql.DB, would wait for its own caller; it is refused at once with an
+// error matching txlock.ErrAlreadyHeld (advisory.ErrAlreadyHeld for an
+// advisory lock).
+//
 // db must not already be inside a transaction, and its dialector must be
 // PostgreSQL: on any other engine (SQLite, MySQL) advisory locks are not
 // real and the call fails with *UnsupportedError before it begins.
@@ -50,7 +56,13 @@ func TransactionKeys(ctx context.Context, db *gorm.DB, keys []advisory.Key, fn f
 		return &UnsupportedError{Op: "locked transaction",
 			Reason: "advisory locks need PostgreSQL; this gorm.DB uses the " + name + " dialector"}
 	}
-	return txlock.Run(ctx, keys,
+	// The *sql.DB names the database for txlock's check against waiting on
+	// one's own locks (an advisory.Locker on the same *sql.DB too).
+	var pool any
+	if sqlDB, err := db.DB(); err == nil {
+		pool = sqlDB
+	}
+	return txlock.RunOn(ctx, pool, keys,
 		func(ctx context.Context, a *txlock.Attempt) (*gorm.DB, txlock.Tx, error) {
 			tx := db.WithContext(ctx).Begin(a.TxOptions())
 			if tx.Error != nil {

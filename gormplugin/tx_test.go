@@ -177,6 +177,28 @@ func TestTransactionLocks(t *testing.T) {
 		}
 	})
 
+	t.Run("nested-same-pool", func(t *testing.T) {
+		// Inside the function, a locked transaction or an advisory lock on
+		// the same key through the same *sql.DB would wait for its own
+		// caller: refused at once (WithTimeout(0) would otherwise hang).
+		noop := func(*gorm.DB) error { return nil }
+		err := gormplugin.Transaction(ctx, db, key, func(outer *gorm.DB) error {
+			return gormplugin.Transaction(outer.Statement.Context, db, key, noop, txlock.WithTimeout(0))
+		})
+		checkErr(t, err, txlock.ErrAlreadyHeld)
+		sqlDB, err := db.DB()
+		must(t, err)
+		err = advisory.New(sqlDB).Do(ctx, key, func(ctx context.Context) error {
+			return gormplugin.Transaction(ctx, db, key, noop, txlock.WithTimeout(0))
+		})
+		checkErr(t, err, advisory.ErrAlreadyHeld)
+		// Another key runs.
+		err = gormplugin.Transaction(ctx, db, advisory.KeyOf("other"), func(outer *gorm.DB) error {
+			return gormplugin.Transaction(outer.Statement.Context, db, key, noop)
+		})
+		must(t, err)
+	})
+
 	t.Run("bad-input", func(t *testing.T) {
 		noop := func(*gorm.DB) error { return nil }
 		checkErr(t, gormplugin.Transaction(ctx, nil, key, noop), txlock.ErrNilDB)

@@ -26,7 +26,12 @@ type Beginner interface {
 // own error rolls back and is returned as it is. fn must be safe to run
 // more than once: re-read inside it what it depends on.
 //
-// It is txlock.Run with a *sqlx.Tx; db is a *sqlx.DB or a *sqlx.Conn. On a
+// Inside fn, a locked transaction or an advisory lock on a key fn holds,
+// asked for with fn's context through the same *sql.DB, would wait for its
+// own caller; it is refused at once with an error matching
+// txlock.ErrAlreadyHeld (advisory.ErrAlreadyHeld for an advisory lock).
+//
+// It is txlock.RunOn with a *sqlx.Tx; db is a *sqlx.DB or a *sqlx.Conn. On a
 // *sqlx.DB whose *sql.DB was opened by txlock.OpenDB, BEGIN carries the lock
 // and the transaction costs no extra round trip.
 func Do(ctx context.Context, db Beginner, key advisory.Key, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...txlock.Option) error {
@@ -43,7 +48,16 @@ func DoKeys(ctx context.Context, db Beginner, keys []advisory.Key, fn func(ctx c
 	if fn == nil {
 		return txlock.ErrNilFunc
 	}
-	return txlock.Run(ctx, keys, func(ctx context.Context, a *txlock.Attempt) (*sqlx.Tx, txlock.Tx, error) {
+	// The *sql.DB (or *sql.Conn) names the database for txlock's check
+	// against waiting on one's own locks, as txlock.Do on it would.
+	var pool any
+	switch d := db.(type) {
+	case *sqlx.DB:
+		pool = d.DB
+	case *sqlx.Conn:
+		pool = d.Conn
+	}
+	return txlock.RunOn(ctx, pool, keys, func(ctx context.Context, a *txlock.Attempt) (*sqlx.Tx, txlock.Tx, error) {
 		tx, err := db.BeginTxx(ctx, a.TxOptions())
 		if err != nil {
 			return nil, nil, err

@@ -132,6 +132,15 @@ func Run[T any](ctx context.Context, keys []advisory.Key, begin BeginFunc[T], fn
 	return run(ctx, nil, keys, begin, fn, opts)
 }
 
+// RunOn is Run for an adapter that knows the pool its transactions run on
+// (the *sql.DB under a *gorm.DB or *sqlx.DB, a *pgxpool.Pool): it names
+// the database for the check against waiting on one's own locks (see
+// ErrAlreadyHeld), as Do and DoPgx do with their handle. pool must be a
+// comparable value (a pointer); nil is Run.
+func RunOn[T any](ctx context.Context, pool any, keys []advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts ...Option) error {
+	return run(ctx, pool, keys, begin, fn, opts)
+}
+
 // run is Run on the database handle db, if known (nil otherwise): a
 // request on the same handle, from inside fn with fn's context, is checked
 // against the locks fn's transaction holds (package holds), and so is this
