@@ -45,12 +45,7 @@ type structPlan struct {
 }
 
 func (s *state) plan(t reflect.Type, table string, op versioned.Op, opts []WriteOption) (*structPlan, error) {
-	var wc writeConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&wc)
-		}
-	}
+	wc := writeConfigOf(opts)
 	k := planKey{t: t, table: table, op: op}
 	if wc.subset {
 		k.cols = "\x01" + strings.Join(wc.cols, "\x00")
@@ -61,6 +56,21 @@ func (s *state) plan(t reflect.Type, table string, op versioned.Op, opts []Write
 	p := s.buildPlan(t, table, op, wc)
 	p = s.plans.put(k, p)
 	return p, p.err
+}
+
+// writeConfigOf applies opts. Without options (the usual call) nothing is
+// allocated: the options take the config's address, which makes it escape.
+func writeConfigOf(opts []WriteOption) writeConfig {
+	if len(opts) == 0 {
+		return writeConfig{}
+	}
+	wc := new(writeConfig)
+	for _, o := range opts {
+		if o != nil {
+			o(wc)
+		}
+	}
+	return *wc
 }
 
 func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writeConfig) *structPlan {

@@ -299,6 +299,14 @@ func (m *Model) keyOf(v reflect.Value, zeroOK bool) (any, error) {
 	if len(m.Keys) == 0 {
 		return nil, &KeyError{Table: m.Type.String(), Reason: `no key field: tag the key field(s) lock:"key"`}
 	}
+	if len(m.Keys) == 1 { // the common case, without a CompositeKey to allocate
+		k := m.Keys[0]
+		x := v.FieldByIndex(k.Index).Interface()
+		if reason := missingKey(x, zeroOK); reason != "" {
+			return nil, &KeyError{Table: m.Type.String(), Column: k.Column, Reason: reason}
+		}
+		return x, nil
+	}
 	vals := make(CompositeKey, len(m.Keys))
 	for i, k := range m.Keys {
 		x := v.FieldByIndex(k.Index).Interface()
@@ -306,9 +314,6 @@ func (m *Model) keyOf(v reflect.Value, zeroOK bool) (any, error) {
 			return nil, &KeyError{Table: m.Type.String(), Column: k.Column, Reason: reason}
 		}
 		vals[i] = x
-	}
-	if len(vals) == 1 {
-		return vals[0], nil
 	}
 	return vals, nil
 }
