@@ -168,12 +168,14 @@ func ExampleWithRetry() {
 type Order struct{ *sql.Tx }
 
 // DoOrder is all the adapter such a library needs: Run does the locks,
-// COMMIT/ROLLBACK, retries and error classification.
+// COMMIT/ROLLBACK, retries and error classification. RunOn is Run naming
+// the pool, so that a nested request on a key fn holds is refused with
+// ErrAlreadyHeld instead of waiting for itself.
 func DoOrder(ctx context.Context, db *sql.DB, key advisory.Key, fn func(context.Context, Order) error, opts ...txlock.Option) error {
 	if db == nil {
 		return txlock.ErrNilDB
 	}
-	return txlock.Run(ctx, []advisory.Key{key}, func(ctx context.Context, a *txlock.Attempt) (Order, txlock.Tx, error) {
+	return txlock.RunOn(ctx, db, []advisory.Key{key}, func(ctx context.Context, a *txlock.Attempt) (Order, txlock.Tx, error) {
 		tx, err := db.BeginTx(ctx, a.TxOptions())
 		if err != nil {
 			return Order{}, nil, err
@@ -182,7 +184,8 @@ func DoOrder(ctx context.Context, db *sql.DB, key advisory.Key, fn func(context.
 	}, fn, opts...)
 }
 
-// Run, the engine behind Do and DoPgx, for a transaction type of one's own.
+// Run (here RunOn), the engine behind Do and DoPgx, for a transaction type
+// of one's own.
 func ExampleRun() {
 	ctx := context.Background()
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
@@ -197,5 +200,29 @@ func ExampleRun() {
 	})
 	if err != nil {
 		log.Print(err)
+	}
+}
+
+// A job holds a session lock on an order; deep inside, a repository asks
+// for a locked transaction on the same order through the same pool. That
+// request would run on another connection and wait for the job's own lock;
+// with the job's context it is refused at once instead.
+func ExampleErrAlreadyHeld() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	key := advisory.KeyOf("order:7")
+
+	err = advisory.NewPool(pool).Do(ctx, key, func(ctx context.Context) error {
+		return txlock.DoPgx(ctx, pool, key, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE orders SET state = 'shipped' WHERE id = 7")
+			return err
+		})
+	})
+	if errors.Is(err, txlock.ErrAlreadyHeld) {
+		log.Print("the job already holds order 7: do the update on the job's own connection or drop the inner lock")
 	}
 }
