@@ -43,7 +43,7 @@
 // *ExhaustedError at once rather than running the inner budget again; an
 // error the inner call did not retry is classified as usual.
 //
-// The first attempt costs one function call and a clock read: options are
-// read only after a failure, so Do on a first-attempt success allocates
-// nothing.
+// The first attempt costs one function call (and a clock read when options
+// are given, for the time limit): options are read only after a failure, so
+// Do on a first-attempt success allocates nothing.
 package retry

@@ -244,7 +244,7 @@ func (p *Policy) init(opts []Option) {
 // Do runs fn until it succeeds, fails with an error that is not retryable,
 // or the limits run out. See the package documentation for what is retried.
 func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) error {
-	start := time.Now() // options are read after a failure; the time limit counts from here
+	start := clockIf(len(opts) > 0) // only an option can set a time limit
 	err := fn(ctx)
 	if err == nil {
 		return nil
@@ -257,7 +257,7 @@ func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) err
 // DoValue is Do for functions that return a value with their error. On
 // failure it returns the zero T.
 func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), opts ...Option) (T, error) {
-	start := time.Now()
+	start := clockIf(len(opts) > 0)
 	v, err := fn(ctx)
 	if err == nil {
 		return v, nil
@@ -269,7 +269,7 @@ func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), op
 
 // Do runs fn under this policy, like the package-level Do.
 func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
-	start := p.now()
+	start := clockIf(p.elapsed > 0)
 	err := fn(ctx)
 	if err == nil {
 		return nil
@@ -285,7 +285,7 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
 	p := New(opts...)
 	return func(ctx context.Context, in In) (Out, error) {
-		start := p.now()
+		start := clockIf(p.elapsed > 0)
 		out, err := f(ctx, in)
 		if err == nil {
 			return out, nil
@@ -298,7 +298,7 @@ func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option)
 func WrapErr[In any](f func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
 	p := New(opts...)
 	return func(ctx context.Context, in In) error {
-		start := p.now()
+		start := clockIf(p.elapsed > 0)
 		err := f(ctx, in)
 		if err == nil {
 			return nil
@@ -362,10 +362,12 @@ func (p *Policy) shouldRetry(ctx context.Context, err error) (bool, string) {
 	return false, ""
 }
 
-// now reads the clock for a prebuilt policy's time limit, and only when it
-// has one: a first attempt that succeeds then costs no clock read.
-func (p *Policy) now() time.Time {
-	if p.elapsed > 0 {
+// clockIf reads the clock when a time limit may apply, so that the time
+// limit counts from the start of the first attempt; without one, a first
+// attempt that succeeds costs no clock read. Options are read only after a
+// failure, so Do with options always reads it.
+func clockIf(limited bool) time.Time {
+	if limited {
 		return time.Now()
 	}
 	return time.Time{}
