@@ -111,11 +111,17 @@ func Multi(obs ...Observer) Observer {
 
 // Slog returns an Observer that logs each event: stale conflicts, retries
 // and lock outcomes other than acquired/released at Info, the rest at Debug.
+// A nil l logs to slog.Default(), read at each event, so a later
+// slog.SetDefault applies.
 func Slog(l *slog.Logger) Observer { return slogObserver{l} }
 
 type slogObserver struct{ l *slog.Logger }
 
 func (s slogObserver) Observe(ctx context.Context, e Event) {
+	l := s.l
+	if l == nil {
+		l = slog.Default()
+	}
 	level := slog.LevelDebug
 	switch {
 	case e.Kind == Stale || e.Kind == Retry:
@@ -123,7 +129,7 @@ func (s slogObserver) Observe(ctx context.Context, e Event) {
 	case e.Outcome != Acquired && e.Outcome != Released && e.Outcome != OutcomeNone:
 		level = slog.LevelInfo
 	}
-	if !s.l.Enabled(ctx, level) {
+	if !l.Enabled(ctx, level) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("source", e.Source)}
@@ -149,5 +155,5 @@ func (s slogObserver) Observe(ctx context.Context, e Event) {
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
-	s.l.LogAttrs(ctx, level, "sqlock "+e.Kind.String(), attrs...)
+	l.LogAttrs(ctx, level, "sqlock "+e.Kind.String(), attrs...)
 }

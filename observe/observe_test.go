@@ -65,3 +65,17 @@ func TestStrings(t *testing.T) {
 		t.Fatal("names")
 	}
 }
+
+// Slog(nil) logs to slog.Default(), read at each event, instead of
+// dereferencing nil on the first one.
+func TestSlogNilLoggerUsesDefault(t *testing.T) {
+	o := Slog(nil) // before the default is set: it is read per event
+	old := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(old) })
+	var buf bytes.Buffer
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	o.Observe(context.Background(), Event{Kind: Stale, Source: "versioned", Table: "orders"})
+	if out := buf.String(); !strings.Contains(out, "sqlock stale") || !strings.Contains(out, "table=orders") {
+		t.Fatalf("the default logger got %q", out)
+	}
+}

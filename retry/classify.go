@@ -16,7 +16,8 @@ const (
 // cause for metrics and logs ("stale", "40001", …).
 type Classifier func(err error) (retry bool, cause string)
 
-// Default is the default classification: errors with a RetryCause, and
+// Default is the default classification: errors with a RetryCause (a
+// *versioned.StaleError, and versioned.ErrStale itself, wrapped or not), and
 // SQLSTATEs 40001 and 40P01. (Context errors and permanent errors are
 // excluded before any classifier runs.)
 func Default(err error) (bool, string) {
@@ -62,7 +63,8 @@ func Stop(err error) error {
 }
 
 // IsPermanent reports whether err's chain has an error whose Permanent()
-// method returns true: Stop's, or another package's (an ambiguous COMMIT).
+// method returns true: Stop's, an *ExhaustedError (retries already ran out
+// inside), or another package's (an ambiguous COMMIT).
 func IsPermanent(err error) bool {
 	var p interface{ Permanent() bool }
 	return errors.As(err, &p) && p.Permanent()

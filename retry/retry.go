@@ -38,7 +38,10 @@ func (r Reason) String() string {
 
 // ExhaustedError is returned when a retryable failure could not be retried
 // any more. It wraps the last error (and the context's error when the
-// context ended).
+// context ended). It is permanent: a retry around the call that returned it
+// (an outer Do around txlock, gormplugin or sqlxhelpers transactions, which
+// retry by themselves) returns it at once instead of running the inner
+// retries again.
 type ExhaustedError struct {
 	Attempts int    // attempts made
 	Reason   Reason // why it stopped
@@ -61,6 +64,10 @@ func (e *ExhaustedError) Unwrap() []error {
 
 // Is matches ErrExhausted.
 func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
+
+// Permanent reports true: the retries that could help have run. See
+// IsPermanent.
+func (e *ExhaustedError) Permanent() bool { return true }
 
 // Rand is the source of jitter. *rand.Rand from math/rand/v2 satisfies it;
 // the default uses math/rand/v2's global, goroutine-safe source. An injected
@@ -237,34 +244,37 @@ func (p *Policy) init(opts []Option) {
 // Do runs fn until it succeeds, fails with an error that is not retryable,
 // or the limits run out. See the package documentation for what is retried.
 func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) error {
+	start := clockIf(len(opts) > 0) // only an option can set a time limit
 	err := fn(ctx)
 	if err == nil {
 		return nil
 	}
 	var p Policy
 	p.init(opts)
-	return p.loop(ctx, fn, err, time.Now())
+	return p.loop(ctx, fn, err, start)
 }
 
 // DoValue is Do for functions that return a value with their error. On
 // failure it returns the zero T.
 func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), opts ...Option) (T, error) {
+	start := clockIf(len(opts) > 0)
 	v, err := fn(ctx)
 	if err == nil {
 		return v, nil
 	}
 	var p Policy
 	p.init(opts)
-	return doValue(ctx, &p, fn, err)
+	return doValue(ctx, &p, fn, err, start)
 }
 
 // Do runs fn under this policy, like the package-level Do.
 func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
+	start := clockIf(p.elapsed > 0)
 	err := fn(ctx)
 	if err == nil {
 		return nil
 	}
-	return p.loop(ctx, fn, err, time.Now())
+	return p.loop(ctx, fn, err, start)
 }
 
 // Wrap turns a repository method into one that retries under opts. The
@@ -275,11 +285,12 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
 	p := New(opts...)
 	return func(ctx context.Context, in In) (Out, error) {
+		start := clockIf(p.elapsed > 0)
 		out, err := f(ctx, in)
 		if err == nil {
 			return out, nil
 		}
-		return doValue(ctx, p, func(ctx context.Context) (Out, error) { return f(ctx, in) }, err)
+		return doValue(ctx, p, func(ctx context.Context) (Out, error) { return f(ctx, in) }, err, start)
 	}
 }
 
@@ -287,21 +298,22 @@ func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option)
 func WrapErr[In any](f func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
 	p := New(opts...)
 	return func(ctx context.Context, in In) error {
+		start := clockIf(p.elapsed > 0)
 		err := f(ctx, in)
 		if err == nil {
 			return nil
 		}
-		return p.loop(ctx, func(ctx context.Context) error { return f(ctx, in) }, err, time.Now())
+		return p.loop(ctx, func(ctx context.Context) error { return f(ctx, in) }, err, start)
 	}
 }
 
-func doValue[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), first error) (T, error) {
+func doValue[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), first error, start time.Time) (T, error) {
 	var v T
 	err := p.loop(ctx, func(ctx context.Context) error {
 		var err error
 		v, err = fn(ctx)
 		return err
-	}, first, time.Now())
+	}, first, start)
 	if err != nil {
 		var zero T
 		return zero, err
@@ -309,8 +321,8 @@ func doValue[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	return v, nil
 }
 
-// loop continues after the first attempt failed with err; start is roughly
-// when that attempt ended (the time limit counts from the first failure).
+// loop continues after the first attempt failed with err; start is when
+// that attempt started, which the time limit counts from.
 func (p *Policy) loop(ctx context.Context, fn func(context.Context) error, err error, start time.Time) error {
 	for attempt := 1; ; attempt++ {
 		retry, cause := p.shouldRetry(ctx, err)
@@ -348,6 +360,17 @@ func (p *Policy) shouldRetry(ctx context.Context, err error) (bool, string) {
 		}
 	}
 	return false, ""
+}
+
+// clockIf reads the clock when a time limit may apply, so that the time
+// limit counts from the start of the first attempt; without one, a first
+// attempt that succeeds costs no clock read. Options are read only after a
+// failure, so Do with options always reads it.
+func clockIf(limited bool) time.Time {
+	if limited {
+		return time.Now()
+	}
+	return time.Time{}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -351,3 +351,88 @@ func BenchmarkDirectCall(b *testing.B) {
 		sinkErr = ok(ctx)
 	}
 }
+
+// WithMaxElapsed promises a limit counted from when the first attempt
+// started: a first attempt that alone takes longer than the limit leaves no
+// time for a second, through every entry point. (A slower machine only
+// makes the first attempt longer, so this holds at any speed.)
+func TestMaxElapsedCountsFromDoStart(t *testing.T) {
+	const limit = 20 * time.Millisecond
+	ctx := context.Background()
+	slowFirst := func() (func(context.Context) error, *int) {
+		calls := 0
+		return func(context.Context) error {
+			calls++
+			if calls == 1 {
+				time.Sleep(2 * limit) // the operation itself is slow, not a synchronisation
+			}
+			return causeErr("stale")
+		}, &calls
+	}
+	opts := []Option{WithMaxElapsed(limit), WithBackoff(Constant(0)), WithMaxAttempts(100)}
+	for name, run := range map[string]func(fn func(context.Context) error) error{
+		"Do":        func(fn func(context.Context) error) error { return Do(ctx, fn, opts...) },
+		"Policy.Do": func(fn func(context.Context) error) error { return New(opts...).Do(ctx, fn) },
+		"DoValue": func(fn func(context.Context) error) error {
+			_, err := DoValue(ctx, func(ctx context.Context) (int, error) { return 0, fn(ctx) }, opts...)
+			return err
+		},
+		"Wrap": func(fn func(context.Context) error) error {
+			_, err := Wrap(func(ctx context.Context, _ int) (int, error) { return 0, fn(ctx) }, opts...)(ctx, 1)
+			return err
+		},
+		"WrapErr": func(fn func(context.Context) error) error {
+			return WrapErr(func(ctx context.Context, _ int) error { return fn(ctx) }, opts...)(ctx, 1)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fn, calls := slowFirst()
+			err := run(fn)
+			var ex *ExhaustedError
+			if !errors.As(err, &ex) || ex.Reason != ReasonElapsed || ex.Attempts != 1 {
+				t.Fatalf("got %v", err)
+			}
+			if *calls != 1 {
+				t.Fatalf("ran %d times; the first attempt alone used up the %v limit", *calls, limit)
+			}
+		})
+	}
+}
+
+// An outer retry around an inner one that ran out must not run the inner
+// one's whole budget again: the exhausted error is final, while errors.Is
+// and errors.As still see its cause.
+func TestExhaustedInnerRetryIsNotRetriedByOuter(t *testing.T) {
+	ctx := context.Background()
+	stale := causeErr("stale")
+	var waits []time.Duration
+	for name, outer := range map[string]func(fn func(context.Context) error) error{
+		"Do":        func(fn func(context.Context) error) error { return Do(ctx, fn, noSleep(&waits)) },
+		"Policy.Do": func(fn func(context.Context) error) error { return New(noSleep(&waits)).Do(ctx, fn) },
+		"WrapErr": func(fn func(context.Context) error) error {
+			return WrapErr(func(ctx context.Context, _ int) error { return fn(ctx) }, noSleep(&waits))(ctx, 1)
+		},
+		"RetryIf everything": func(fn func(context.Context) error) error {
+			return Do(ctx, fn, noSleep(&waits), RetryIf(func(error) (bool, string) { return true, "any" }))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			innerRuns, outerRuns := 0, 0
+			err := outer(func(ctx context.Context) error {
+				outerRuns++
+				return Do(ctx, func(context.Context) error { innerRuns++; return stale },
+					WithMaxAttempts(3), noSleep(&waits))
+			})
+			if innerRuns != 3 || outerRuns != 1 {
+				t.Fatalf("inner fn ran %d times, outer %d; want 3 and 1", innerRuns, outerRuns)
+			}
+			var ex *ExhaustedError
+			if !errors.As(err, &ex) || ex.Attempts != 3 || !errors.Is(err, ErrExhausted) || !errors.Is(err, stale) {
+				t.Fatalf("want the inner *ExhaustedError wrapping the cause, got %v", err)
+			}
+			if !IsPermanent(err) {
+				t.Fatal("an exhausted error must be permanent")
+			}
+		})
+	}
+}

@@ -33,13 +33,18 @@
 //
 // By default the whole transaction — BEGIN, the locks, fn, COMMIT — runs
 // again (up to DefaultMaxAttempts attempts in all, with full-jitter backoff
-// waited out after ROLLBACK, never while holding the locks) when PostgreSQL
-// reports a serialization failure (40001, including at COMMIT) or a deadlock
-// (40P01). So fn may run more than once: it must re-read everything it
-// depends on inside the transaction, have no effects outside the database
-// (no e-mails, no HTTP calls, no channel sends) or make them idempotent,
-// keep no state across runs, and wrap errors with %w so the SQLSTATE stays
-// visible. WithoutRetry makes one attempt only.
+// waited out after ROLLBACK, never while holding the locks) on what
+// retry.Default retries: PostgreSQL reports a serialization failure (40001,
+// including at COMMIT) or a deadlock (40P01), or fn returns a stale
+// versioned write (an error matching versioned.ErrStale: a
+// *versioned.StaleError, or the sentinel wrapped with %w). So fn may run
+// more than once: it must re-read everything it depends on inside the
+// transaction, have no effects outside the database (no e-mails, no HTTP
+// calls, no channel sends) or make them idempotent, keep no state across
+// runs, and wrap errors with %w so the SQLSTATE or the stale error stays
+// visible. WithoutRetry makes one attempt only. When the retries run out,
+// the *retry.ExhaustedError is permanent, so a retry.Do around the call does
+// not run them all again.
 //
 // # Outcomes
 //

@@ -12,8 +12,10 @@ import (
 // below, and each typed error matches exactly one sentinel with errors.Is.
 var (
 	// ErrStale: a versioned write matched no row at the expected version.
-	// Returned as *StaleError.
-	ErrStale = errors.New("versioned: stale version")
+	// Returned as *StaleError. Package retry retries it, and any error that
+	// wraps it with %w (as hand-written versioned SQL would return), like a
+	// *StaleError.
+	ErrStale error = &retryableSentinel{"versioned: stale version", "stale"}
 
 	// ErrOverflow: the next version does not fit the version's type, or a
 	// version value is outside the range the type (or database/sql) can
@@ -54,6 +56,14 @@ var (
 	// *InputError.
 	ErrInvalidArg = errors.New("versioned: invalid argument")
 )
+
+// retryableSentinel is a sentinel with a RetryCause, the method by which
+// package retry (which imports nothing of this package) recognises an error
+// worth another attempt.
+type retryableSentinel struct{ msg, cause string }
+
+func (e *retryableSentinel) Error() string      { return e.msg }
+func (e *retryableSentinel) RetryCause() string { return e.cause }
 
 // Op is the kind of versioned write that went stale.
 type Op uint8
