@@ -61,6 +61,11 @@ func run(t *testing.T, path, code string) (stdout, stderr string, exit int) {
 // installed: the script must not call apt at all, as root or not.
 func TestEnsureDepsIsANoOpWhenEverythingIsPresent(t *testing.T) {
 	path, calls := fakeAptGet(t, "exit 1")
+	for _, pkg := range []string{"postgresql", "pgbouncer"} {
+		if _, _, exit := run(t, path, "have "+pkg); exit != 0 {
+			t.Fatalf("%s is not installed: make test installs it first (make deps)", pkg)
+		}
+	}
 	for _, pkgs := range []string{"postgresql", "postgresql pgbouncer"} {
 		cmd := exec.Command("./ensure-deps.sh", strings.Fields(pkgs)...)
 		cmd.Env = append(os.Environ(), "PATH="+path)
