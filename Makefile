@@ -8,7 +8,13 @@ FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
 FUZZ_TARGETS := ./hash:FuzzTextExtended ./versioned:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./gormplugin:FuzzConditions
 
-.PHONY: test lint deps demo bench bench-report fuzz
+# The Debian packages each command needs; scripts/ensure-deps.sh installs the
+# missing ones as root, or prints the apt-get line to run. It also knows
+# redis-server and mariadb-server, for tests that will need them.
+TEST_DEPS := postgresql pgbouncer
+DEMO_DEPS := postgresql
+
+.PHONY: test lint deps deps-demo demo bench bench-report fuzz
 
 test: deps lint
 	$(WITHPG) -- $(GO) test -race -count=1 -timeout 20m ./...
@@ -20,9 +26,12 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 deps:
-	@./scripts/ensure-deps.sh
+	@./scripts/ensure-deps.sh $(TEST_DEPS)
 
-demo: deps
+deps-demo:
+	@./scripts/ensure-deps.sh $(DEMO_DEPS)
+
+demo: deps-demo
 	$(GO) run ./cmd/sqlock-demo
 
 bench: deps

@@ -1,7 +1,10 @@
 // Package demo reproduces the races sqlock exists for — a payment charged
 // twice, the last seat sold twice, stock driven negative, a task processed
 // twice — with several OS processes as replicas against one PostgreSQL, and
-// shows each mechanism stopping them.
+// shows each mechanism stopping them. The payment and stock scenarios also
+// run them the way a service does: GORM with the plugin registered and sqlx
+// with sqlxhelpers, on one struct per table tagged lock:"version", each
+// repository method wrapped with retry.Wrap (repo.go).
 //
 // The coordinator (Run) prepares the schema for one scenario and strategy,
 // starts the replicas (this same binary, re-executed with -worker), releases

@@ -36,16 +36,22 @@ var paymentScenario = &scenario{
 			unique = ", UNIQUE (order_id)"
 		}
 		return fmt.Sprintf(`DROP TABLE IF EXISTS charges, orders;
-			CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL, version bigint NOT NULL DEFAULT 1);
+			CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL, claimed_by int,
+				version bigint NOT NULL DEFAULT 1);
 			CREATE TABLE charges (id bigserial PRIMARY KEY, order_id int NOT NULL, replica int NOT NULL%s);
 			INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, %d) g;`, unique, paymentOrders)
 	},
 	verify: func(ctx context.Context, conn *pgx.Conn) (int, string, error) {
-		var dup, orders int
-		err := conn.QueryRow(ctx, `SELECT coalesce(sum(n - 1), 0), count(*) FROM
-			(SELECT count(*) n FROM charges GROUP BY order_id) c`).Scan(&dup, &orders)
-		if err == nil && orders != paymentOrders {
+		var dup, orders, paid int
+		err := conn.QueryRow(ctx, `SELECT coalesce(sum(n - 1), 0), count(*),
+			(SELECT count(*) FROM orders WHERE status = 'paid') FROM
+			(SELECT count(*) n FROM charges GROUP BY order_id) c`).Scan(&dup, &orders, &paid)
+		switch {
+		case err != nil:
+		case orders != paymentOrders:
 			err = fmt.Errorf("%d of %d orders charged", orders, paymentOrders)
+		case paid != paymentOrders:
+			err = fmt.Errorf("%d of %d orders marked paid", paid, paymentOrders)
 		}
 		return dup, "", err
 	},
@@ -55,6 +61,16 @@ var paymentScenario = &scenario{
 		{name: "txlock", run: forOrders(payTxlock)},
 		{name: "versioned+retry", run: forOrders(payVersioned)},
 		{name: "layered", run: forOrders(payLayered)},
+		{name: "gorm plugin+retry",
+			note: `db.Use(gormplugin.New()), Order.Version tagged lock:"version", retry.Wrap(repo.Claim); the claim is db.Model(&o).Updates(…)`,
+			run: forOrders(payWithRepo(func(w *replica) orderRepo {
+				return gormOrders{db: w.orm, replica: w.replica}
+			}))},
+		{name: "sqlx+retry",
+			note: `the same Order struct (db tags), retry.Wrap(repo.Claim); the claim is sqlxhelpers: h.Update(ctx, "orders", &o, …)`,
+			run: forOrders(payWithRepo(func(w *replica) orderRepo {
+				return sqlxOrders{db: w.sqlx, h: w.sqlxh, replica: w.replica}
+			}))},
 	},
 }
 
@@ -165,4 +181,23 @@ func payVersioned(ctx context.Context, w *replica, order int) (outcome, error) {
 	}
 	_, err = w.db.ExecContext(ctx, "UPDATE orders SET status = 'paid' WHERE id = $1", order)
 	return success, err
+}
+
+// payWithRepo is the handler as a GORM or sqlx service writes it: the
+// repository's Claim wrapped with retry.Wrap (a stale claim re-reads and
+// finds the order taken), then the charge, then MarkPaid. The conflicts in
+// the table are the plugin's and the helper's own observe.Stale events.
+func payWithRepo(repo func(*replica) orderRepo) func(context.Context, *replica, int) (outcome, error) {
+	return func(ctx context.Context, w *replica, order int) (outcome, error) {
+		r := repo(w)
+		claim := retry.Wrap(r.Claim, retry.WithObserver(w.rec))
+		o, err := claim(ctx, order)
+		if err != nil || o == nil {
+			return skipped, err
+		}
+		if err := charge(ctx, w.db, w, order); err != nil {
+			return 0, err
+		}
+		return success, r.MarkPaid(ctx, o)
+	}
 }

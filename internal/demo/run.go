@@ -18,9 +18,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/sqlxhelpers"
 )
 
 // Config is what the demo command passes in.
@@ -200,6 +206,11 @@ func printTable(w io.Writer, sc *scenario, rows []row) {
 			dur(percentile(s.Holds, 0.5)), dur(percentile(s.Holds, 0.99)), ops)
 	}
 	tw.Flush()
+	for _, st := range sc.strategies {
+		if st.note != "" {
+			fmt.Fprintf(w, "  %s: %s\n", st.name, st.note)
+		}
+	}
 	for _, r := range rows {
 		if r.stats.ErrSample != "" {
 			fmt.Fprintf(w, "  %s: first error: %s\n", r.strategy, r.stats.ErrSample)
@@ -209,7 +220,7 @@ func printTable(w io.Writer, sc *scenario, rows []row) {
 
 func anomalyText(r row) string {
 	if r.anomaly == 0 {
-		return "0"
+		return "0" + r.detail
 	}
 	return fmt.Sprintf("%d !!", r.anomaly) + r.detail
 }
@@ -289,6 +300,9 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 	rec := &recorder{}
 	w := &replica{db: db, pool: pool, rec: rec, replica: cfg.Replica, goroutines: sc.goroutines,
 		locker: advisory.New(db, advisory.WithObserver(rec), advisory.WithWaitTimeout(30*time.Second))}
+	if err := w.openORMs(db); err != nil {
+		return err
+	}
 	fmt.Fprintln(out, "ready")
 	if line, err := bufio.NewReader(in).ReadString('\n'); err != nil || line != "go\n" {
 		return fmt.Errorf("waiting for go: %q %v", line, err)
@@ -306,6 +320,7 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 	s := w.stats
 	s.Elapsed = int64(time.Since(start))
 	s.Retries += w.rec.retries
+	s.Conflicts += w.rec.stale // the stale writes gormplugin and sqlxhelpers reported
 	s.Waits, s.Holds = w.rec.waits, w.rec.holds
 	return json.NewEncoder(out).Encode(s)
 }
@@ -316,11 +331,31 @@ type replica struct {
 	pool       *pgxpool.Pool
 	rec        *recorder
 	locker     *advisory.Locker
+	orm        *gorm.DB // with gormplugin registered
+	sqlx       *sqlx.DB
+	sqlxh      *sqlxhelpers.Helper
 	replica    int
 	goroutines int
 
 	mu    sync.Mutex
 	stats Stats
+}
+
+// openORMs opens GORM, with the plugin registered, and sqlx on the
+// replica's pool, as a service would at start-up.
+func (w *replica) openORMs(db *sql.DB) error {
+	// GORM's default logger writes to stdout, which is the replica's report.
+	orm, err := gorm.Open(postgres.New(postgres.Config{Conn: db}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return err
+	}
+	if err := orm.Use(gormplugin.New(gormplugin.WithObserver(w.rec))); err != nil {
+		return err
+	}
+	w.orm = orm
+	w.sqlx = sqlx.NewDb(db, "pgx")
+	w.sqlxh, err = sqlxhelpers.New(w.sqlx, sqlxhelpers.WithObserver(w.rec))
+	return err
 }
 
 // dbtx is what the scenario steps need: *sql.DB and *sql.Tx both have it.

@@ -18,6 +18,7 @@ type scenario struct {
 
 type strategy struct {
 	name string
+	note string // printed under the table: how a service writes it
 	run  func(ctx context.Context, w *replica, g int)
 }
 

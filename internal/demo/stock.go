@@ -51,6 +51,16 @@ var stockScenario = &scenario{
 		{name: "versioned+retry", run: order(orderVersioned)},
 		{name: "session lock", run: order(orderSessionLock)},
 		{name: "txlock", run: order(orderTxlock)},
+		{name: "gorm plugin+retry",
+			note: `db.Use(gormplugin.New()), Product.Version tagged lock:"version", retry.Wrap(repo.Sell); the sale is db.Save(&p)`,
+			run: order(sellWithRepo(func(w *replica) productRepo {
+				return gormProducts{db: w.orm}
+			}))},
+		{name: "sqlx+retry",
+			note: `the same Product struct (db tags), retry.Wrap(repo.Sell); the sale is sqlxhelpers: h.Update(ctx, "products", &p)`,
+			run: order(sellWithRepo(func(w *replica) productRepo {
+				return sqlxProducts{db: w.sqlx, h: w.sqlxh}
+			}))},
 	},
 }
 
@@ -138,7 +148,26 @@ func orderVersioned(ctx context.Context, w *replica) (outcome, error) {
 		}
 		out = success
 		return err
-	}, retry.WithObserver(w.rec), retry.WithMaxAttempts(1000),
-		retry.WithBackoff(retry.Exponential(time.Millisecond, 20*time.Millisecond)))
+	}, stockRetry(w)...)
 	return out, err
+}
+
+// stockRetry is the retry policy of the optimistic strategies: 200 buyers
+// of one row need more than the default 10 attempts, and short backoffs.
+func stockRetry(w *replica) []retry.Option {
+	return []retry.Option{retry.WithObserver(w.rec), retry.WithMaxAttempts(1000),
+		retry.WithBackoff(retry.Exponential(time.Millisecond, 20*time.Millisecond))}
+}
+
+// sellWithRepo is the order handler as a GORM or sqlx service writes it:
+// the repository's Sell wrapped with retry.Wrap.
+func sellWithRepo(repo func(*replica) productRepo) func(context.Context, *replica) (outcome, error) {
+	return func(ctx context.Context, w *replica) (outcome, error) {
+		sell := retry.Wrap(repo(w).Sell, stockRetry(w)...)
+		sold, err := sell(ctx, 7)
+		if err != nil || !sold {
+			return skipped, err
+		}
+		return success, nil
+	}
 }
