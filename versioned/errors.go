@@ -21,9 +21,10 @@ var (
 	ErrOverflow = errors.New("versioned: version overflow")
 
 	// ErrNoKey: a write has no key value to target (nil, a nil pointer, a
-	// zero value, a NULL driver.Valuer, or a composite key of the wrong
-	// length). The statement is never widened to every row with that
-	// version. Returned as *KeyError.
+	// zero value, a NULL driver.Valuer, a composite key of the wrong
+	// length, or a struct whose key fields do not match the Table's key
+	// columns by name). The statement is never widened to every row with
+	// that version, nor sent to another row. Returned as *KeyError.
 	ErrNoKey = errors.New("versioned: missing key value")
 
 	// ErrKeyNotUnique: a write by key affected more than one row, so the
@@ -182,7 +183,7 @@ func (e *OverflowError) Is(target error) bool { return target == ErrOverflow }
 // sent.
 type KeyError struct {
 	Table  string
-	Column string // the key column with no value ("" when the key's shape is wrong)
+	Column string // the key column with no value or no matching field ("" when the key's shape is wrong)
 	Reason string
 }
 
