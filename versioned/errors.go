@@ -119,9 +119,13 @@ type StaleError struct {
 	Op       Op     // OpUpdate or OpDelete
 
 	// Set only when probing was asked for.
-	State    RowState // what the probe found
-	Current  int64    // the row's version when State is RowChanged or RowUnchanged
-	ProbeErr error    // the probe's own error, when State is RowUnknown because it failed
+	State   RowState // what the probe found
+	Current int64    // the row's version when State is RowChanged or RowUnchanged
+	// CurrentNull: the probe found the row's version NULL (State is
+	// RowChanged, Current 0). NULL never equals an expected version: make
+	// the column NOT NULL.
+	CurrentNull bool
+	ProbeErr    error // the probe's own error, when State is RowUnknown because it failed
 }
 
 func (e *StaleError) Error() string {
@@ -138,6 +142,10 @@ func (e *StaleError) Error() string {
 	case RowGone:
 		b.WriteString(": row is gone")
 	case RowChanged:
+		if e.CurrentNull {
+			b.WriteString(": the row's version is NULL, which never matches (make the column NOT NULL)")
+			break
+		}
 		b.WriteString(": row is now at version ")
 		b.WriteString(strconv.FormatInt(e.Current, 10))
 	case RowUnchanged:

@@ -2,6 +2,7 @@ package versioned_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -164,5 +165,29 @@ func TestStructKeyMismatchRefused(t *testing.T) {
 	}
 	if got := snapshot(t, db, "memberships"); got != before {
 		t.Fatalf("rows changed: %s", got)
+	}
+}
+
+// A probe that finds the row's version NULL says so: "NULL", with
+// CurrentNull set, never "version 0".
+func TestProbeReportsNullVersion(t *testing.T) {
+	pg := pgtest.New(t)
+	pg.Exec(`CREATE TABLE loose (id bigint PRIMARY KEY, note text, version bigint);
+		INSERT INTO loose VALUES (1, 'a', NULL), (2, 'b', 0)`)
+	db := pg.SQL()
+	ctx := ctxT(t)
+	tbl := versioned.MustTable("loose", versioned.WithProbe())
+	_, err := versioned.Update(ctx, db, tbl, int64(1), int64(0), versioned.Set("note", "x"))
+	var se *versioned.StaleError
+	if !errors.As(err, &se) || se.State != versioned.RowChanged || !se.CurrentNull || se.Current != 0 {
+		t.Fatalf("NULL version: %v (%+v)", err, se)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "version is NULL") || strings.Contains(msg, "now at version") {
+		t.Fatalf("message %q", msg)
+	}
+	// A real version 0 that is not the expected one is reported as a number.
+	_, err = versioned.Update(ctx, db, tbl, int64(2), int64(5), versioned.Set("note", "x"))
+	if !errors.As(err, &se) || se.CurrentNull || se.Current != 0 || !strings.Contains(err.Error(), "now at version 0") {
+		t.Fatalf("version 0: %v (%+v)", err, se)
 	}
 }
