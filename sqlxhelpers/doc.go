@@ -61,8 +61,10 @@
 //
 // Accepted shapes: [WITH read-only CTEs] UPDATE [ONLY] table [*] [[AS]
 // alias] SET … [FROM …] WHERE … [RETURNING …] and [WITH …] DELETE FROM
-// [ONLY] table [*] [[AS] alias] [USING …] WHERE … [RETURNING …], with one
-// optional trailing ';'. Everything else is a *RewriteError
+// [ONLY] table [*] [[AS] alias] [USING …] WHERE … [RETURNING …] (ONLY and *
+// not both, as in PostgreSQL), with one optional trailing ';'. A word after
+// a '.' is a label, never a keyword, as PostgreSQL reads it (o.from,
+// o.distinct). Everything else is a *RewriteError
 // (errors.Is(err, ErrRewrite)) whose Kind says why: ErrNotWrite, ErrNoWhere,
 // ErrCTE (a data-modifying, SEARCH or CYCLE CTE), ErrMultipleStatements,
 // ErrVersionAssigned, ErrUnbalanced, ErrPositional ($1, or ? for drivers
