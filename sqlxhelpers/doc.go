@@ -28,8 +28,11 @@
 //
 // The struct needs a lock:"version" integer field (see package versioned)
 // and a key: the fields tagged lock:"key", or else the one field whose
-// column is id. Columns are the names sqlx maps the fields to (db tags, or
-// the mapper's name), or a lock tag's column=NAME. Update writes every other
+// column is id (under the Helper's mapper too: an untagged ID field the
+// mapper maps to another column is not taken as the key). Columns are the
+// names sqlx maps the fields to (db tags, or the mapper's name), or a lock
+// tag's column=NAME; the key's WHERE names the key fields' own columns, so
+// the order the fields are declared in does not matter. Update writes every other
 // mapped field, or the ones named with Columns:
 //
 //	UPDATE "accounts" SET "owner" = $1, "balance" = $2, "version" = "version" + 1

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/jmoiron/sqlx/reflectx"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/sqlxhelpers"
 	"github.com/sqlock/sqlock/versioned"
@@ -491,5 +492,44 @@ func TestStructWritesMatchKeysByName(t *testing.T) {
 	}
 	if got := snap(); got != "(2,1,member,0)" {
 		t.Fatalf("after Delete: %s", got)
+	}
+}
+
+// TestImplicitKeyFollowsTheMapper: without lock:"key" tags the key is the
+// field whose column is id. With a mapper that names columns differently
+// from package versioned's default (json tags here), a field called ID that
+// the mapper maps to another column is not taken as the key: the write is
+// refused with *versioned.KeyError and nothing is sent, rather than
+// targeting rows by a column that may not be unique.
+func TestImplicitKeyFollowsTheMapper(t *testing.T) {
+	pg := pgtest.New(t)
+	pg.Exec(`CREATE TABLE items (id bigint PRIMARY KEY, order_id bigint NOT NULL, note text,
+			version integer NOT NULL DEFAULT 0);
+		INSERT INTO items VALUES (1, 7, 'a', 0), (2, 7, 'b', 0)`)
+	db := sqlx.NewDb(pg.SQL(), "pgx")
+	h := newHelper(t, db, sqlxhelpers.WithMapper(reflectx.NewMapperFunc("json", strings.ToLower)))
+	type item struct {
+		ID      int64  `json:"order_id"`
+		Ref     int64  `json:"id"`
+		Note    string `json:"note"`
+		Version int32  `json:"version" lock:"version"`
+	}
+	cnt := &countingExec{db: db}
+	it := item{ID: 7, Ref: 1, Note: "x"}
+	for _, err := range []error{
+		h.On(cnt).Update(context.Background(), "items", &it),
+		h.On(cnt).Delete(context.Background(), "items", &it),
+	} {
+		var ke *versioned.KeyError
+		if !errors.As(err, &ke) || !errors.Is(err, versioned.ErrNoKey) {
+			t.Fatalf("got %v, want *versioned.KeyError", err)
+		}
+	}
+	if cnt.n.Load() != 0 || it.Version != 0 {
+		t.Fatalf("sent %d statements, version %d", cnt.n.Load(), it.Version)
+	}
+	var notes string
+	if err := db.Get(&notes, `SELECT string_agg(note || version, ',' ORDER BY id) FROM items`); err != nil || notes != "a0,b0" {
+		t.Fatalf("rows: %s %v", notes, err)
 	}
 }
