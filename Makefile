@@ -7,6 +7,10 @@ WITHPG := $(GO) run ./internal/pgtest/cmd/withpg
 FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
 FUZZ_TARGETS := ./hash:FuzzTextExtended ./versioned:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./gormplugin:FuzzConditions
+# Model-based (rapid) tests that `make fuzz` runs with RAPID_CHECKS checks
+# (make test runs rapid's default 100).
+RAPID_CHECKS ?= 2000
+MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesModel
 
 # The Debian packages each command needs; scripts/ensure-deps.sh installs the
 # missing ones as root, or prints the apt-get line to run. It also knows
@@ -46,4 +50,9 @@ fuzz:
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
 		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
+	@set -e; for t in $(MODEL_TESTS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "model $$pkg $$name with RAPID_CHECKS=$(RAPID_CHECKS)"; \
+		RAPID_CHECKS=$(RAPID_CHECKS) $(WITHPG) -- $(GO) test -count=1 -run="^$$name" $$pkg; \
 	done

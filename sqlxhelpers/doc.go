@@ -28,8 +28,11 @@
 //
 // The struct needs a lock:"version" integer field (see package versioned)
 // and a key: the fields tagged lock:"key", or else the one field whose
-// column is id. Columns are the names sqlx maps the fields to (db tags, or
-// the mapper's name), or a lock tag's column=NAME. Update writes every other
+// column is id (under the Helper's mapper too: an untagged ID field the
+// mapper maps to another column is not taken as the key). Columns are the
+// names sqlx maps the fields to (db tags, or the mapper's name), or a lock
+// tag's column=NAME; the key's WHERE names the key fields' own columns, so
+// the order the fields are declared in does not matter. Update writes every other
 // mapped field, or the ones named with Columns:
 //
 //	UPDATE "accounts" SET "owner" = $1, "balance" = $2, "version" = "version" + 1
@@ -61,8 +64,10 @@
 //
 // Accepted shapes: [WITH read-only CTEs] UPDATE [ONLY] table [*] [[AS]
 // alias] SET … [FROM …] WHERE … [RETURNING …] and [WITH …] DELETE FROM
-// [ONLY] table [*] [[AS] alias] [USING …] WHERE … [RETURNING …], with one
-// optional trailing ';'. Everything else is a *RewriteError
+// [ONLY] table [*] [[AS] alias] [USING …] WHERE … [RETURNING …] (ONLY and *
+// not both, as in PostgreSQL), with one optional trailing ';'. A word after
+// a '.' is a label, never a keyword, as PostgreSQL reads it (o.from,
+// o.distinct). Everything else is a *RewriteError
 // (errors.Is(err, ErrRewrite)) whose Kind says why: ErrNotWrite, ErrNoWhere,
 // ErrCTE (a data-modifying, SEARCH or CYCLE CTE), ErrMultipleStatements,
 // ErrVersionAssigned, ErrUnbalanced, ErrPositional ($1, or ? for drivers

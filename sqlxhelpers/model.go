@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jmoiron/sqlx/reflectx"
@@ -26,6 +27,7 @@ type typeInfo struct {
 	versionParam string   // the named parameter that carries the version
 	keys         []column // in the model's key order
 	cols         []column // the columns Update writes by default, in declaration order
+	noKey        string   // why an untagged id field is not the key, for the error
 	vmin, vmax   int64    // the version field's range
 	err          error
 }
@@ -90,6 +92,14 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 		ti.keys = append(ti.keys, column{name: name, index: k.Index})
 		taken[name] = true
 	}
+	if len(ti.keys) == 1 && ti.keys[0].name != "id" && !hasLockTag(t, model.Keys[0].Index) {
+		// versioned picked the untagged field whose default column is id,
+		// but the mapper maps it to another column: that column says
+		// nothing about being a key, so the write is refused rather than
+		// aimed at rows by it.
+		ti.noKey = " (" + model.Keys[0].Name + " maps to column " + strconv.Quote(ti.keys[0].name) + ", not id)"
+		ti.keys = nil
+	}
 	ti.vmin, ti.vmax = model.Version.Min, model.Version.Max
 	// Default columns: every field sqlx maps to a top-level name, that is a
 	// value (not a struct whose own fields are mapped), except the version
@@ -113,6 +123,12 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 	}
 	slices.SortStableFunc(ti.cols, func(a, b column) int { return slices.Compare(a.index, b.index) })
 	return ti
+}
+
+// hasLockTag reports whether the field at index of t has a lock tag.
+func hasLockTag(t reflect.Type, index []int) bool {
+	_, ok := t.FieldByIndex(index).Tag.Lookup(versioned.TagName)
+	return ok
 }
 
 func isKeyIndex(m *versioned.Model, index []int) bool {
@@ -145,7 +161,7 @@ func isValue(t reflect.Type) bool {
 func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
 	if len(ti.keys) == 0 {
 		return nil, &versioned.KeyError{Table: table,
-			Reason: "no key field in " + ti.t.String() + `: tag the key field(s) lock:"key", or have one field named ID / db:"id"`}
+			Reason: "no key field in " + ti.t.String() + `: tag the key field(s) lock:"key", or have one field the mapper maps to column id` + ti.noKey}
 	}
 	k, err := ti.model.KeyOf(rv)
 	if err != nil {

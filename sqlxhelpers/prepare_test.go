@@ -2,6 +2,7 @@ package sqlxhelpers
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,7 +21,8 @@ import (
 const rewriteDDL = `
 CREATE TABLE accounts (
 	id bigint PRIMARY KEY, owner text, balance bigint, version integer NOT NULL DEFAULT 0,
-	flag boolean, tags text[], meta jsonb, "where" text, "own""er" text);
+	flag boolean, tags text[], meta jsonb, "where" text, "own""er" text,
+	"from" text, "distinct" bigint, "returning" text, "order" bigint);
 CREATE TABLE orders (id bigint, account bigint, amount bigint, version integer NOT NULL DEFAULT 0);
 CREATE TABLE "Accounts" (id bigint, "own""er" text, version integer NOT NULL DEFAULT 0);
 INSERT INTO accounts (id, owner, balance, flag, tags, meta) VALUES
@@ -133,7 +135,7 @@ func genStatement(r *rand.Rand) string {
 		q + ".owner <> 'a;b'", q + ".meta ? 'vip'", kw("NOT") + " (" + q + ".flag)",
 		q + ".balance " + kw("BETWEEN") + " :lo " + kw("AND") + " :hi", q + ".owner " + kw("LIKE") + " '%' || :owner",
 		"(" + q + ".id = 1 " + kw("OR") + " " + q + ".id = 2)", q + ".tags[1 : 2] = " + kw("ARRAY") + "['a', 'b']",
-		kw("true"),
+		kw("true"), q + ".from " + kw("IS") + " " + kw("NULL"), q + ".distinct " + kw("IS") + " " + kw("NULL"),
 	}
 	if join {
 		conds = append(conds, "o.account = "+q+".id")
@@ -150,7 +152,7 @@ func genStatement(r *rand.Rand) string {
 		b.WriteString(conds[i])
 	}
 	if r.IntN(3) == 0 {
-		b.WriteString(sp() + kw("RETURNING") + " " + pick("*", q+".id", q+".balance, "+q+".owner"))
+		b.WriteString(sp() + kw("RETURNING") + " " + pick("*", q+".id", q+".balance, "+q+".owner", q+".returning, "+q+".order"))
 	}
 	if r.IntN(5) == 0 {
 		b.WriteString(pick(";", " ;", ";\n", "; -- end"))
@@ -326,4 +328,81 @@ func corpusString(s string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestRewriteKeywordLabelsParseInPostgres: a keyword used as a column label
+// after a dot (o.from, o.distinct, o.returning, o.order — valid PostgreSQL)
+// is read as a label, not as the clause keyword, and the guarded statement
+// PREPAREs and runs on PostgreSQL.
+func TestRewriteKeywordLabelsParseInPostgres(t *testing.T) {
+	ctx := context.Background()
+	d := pgtest.New(t)
+	d.Exec(rewriteDDL)
+	conn, err := pgx.Connect(ctx, d.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	n := 0
+	for _, c := range acceptedCases {
+		if !strings.Contains(c.name, "keyword label") {
+			continue
+		}
+		n++
+		g, rerr := Rewrite(c.in, pgSpec)
+		if rerr != nil {
+			t.Fatalf("%s: %v", c.name, rerr)
+		}
+		if _, err := execSimple(ctx, conn, "PREPARE g AS "+g.SQL); err != nil {
+			t.Fatalf("%s: guarded statement does not PREPARE (%v):\n%s", c.name, err, g.SQL)
+		}
+		vals := make([]string, len(g.Params))
+		for j, p := range g.Params {
+			vals[j] = paramValues[p]
+			if j == g.VersionArg {
+				vals[j] = "'0'"
+			}
+		}
+		execSimple(ctx, conn, "BEGIN")
+		if _, err := execSimple(ctx, conn, "EXECUTE g("+strings.Join(vals, ", ")+")"); err != nil {
+			t.Fatalf("%s: EXECUTE: %v\n%s", c.name, err, g.SQL)
+		}
+		execSimple(ctx, conn, "ROLLBACK")
+		execSimple(ctx, conn, "DEALLOCATE g")
+	}
+	if n < 5 {
+		t.Fatalf("only %d keyword-label cases", n)
+	}
+}
+
+// TestRewriteRefusesOnlyWithStar: UPDATE ONLY t * and DELETE FROM ONLY t *,
+// which PostgreSQL rejects, are refused (ErrSyntax) rather than guarded.
+func TestRewriteRefusesOnlyWithStar(t *testing.T) {
+	ctx := context.Background()
+	d := pgtest.New(t)
+	d.Exec(rewriteDDL)
+	conn, err := pgx.Connect(ctx, d.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`UPDATE ONLY accounts * SET balance = 1 WHERE id = :id`,
+		`DELETE FROM ONLY accounts * WHERE id = :id`,
+		`UPDATE ONLY public.accounts * AS a SET balance = 1 WHERE a.id = :id`,
+	} {
+		orig, _, _ := positional(q)
+		if _, err := execSimple(ctx, conn, "PREPARE o AS "+orig); err == nil {
+			t.Fatalf("PostgreSQL accepts %s", q)
+		}
+		if _, err := Rewrite(q, pgSpec); !errors.Is(err, ErrSyntax) {
+			t.Fatalf("Rewrite(%q) = %v, want ErrSyntax", q, err)
+		}
+	}
+	// Either one alone is fine.
+	for _, q := range []string{`UPDATE ONLY accounts SET balance = 1 WHERE id = :id`, `DELETE FROM accounts * WHERE id = :id`} {
+		if _, err := Rewrite(q, pgSpec); err != nil {
+			t.Fatalf("Rewrite(%q): %v", q, err)
+		}
+	}
 }

@@ -73,15 +73,20 @@ func Rewrite(query string, spec Spec) (*Guarded, error) {
 	return g, nil
 }
 
-// word kinds the parser looks for, compared ASCII-case-insensitively as
-// PostgreSQL does for unquoted keywords.
+// isWord reports whether token i is the keyword kw, compared
+// ASCII-case-insensitively as PostgreSQL does for unquoted keywords. A word
+// right after a '.' is never a keyword: there PostgreSQL reads any word,
+// reserved or not, as a column or field label (o.from, o.distinct).
 func (p *parser) isWord(i int, kw string) bool {
-	if i < 0 || i >= len(p.toks) || p.toks[i].kind != tkWord {
+	if i < 0 || i >= len(p.toks) || p.toks[i].kind != tkWord || p.isLabel(i) {
 		return false
 	}
 	t := p.toks[i]
 	return asciiEqualFold(p.q[t.start:t.end], kw)
 }
+
+// isLabel reports whether token i follows a '.', where it is a label.
+func (p *parser) isLabel(i int) bool { return i > 0 && p.toks[i-1].kind == tkDot }
 
 func asciiEqualFold(s, kw string) bool {
 	if len(s) != len(kw) {
@@ -249,7 +254,7 @@ func (p *parser) isName(i int) bool {
 	case tkQIdent:
 		return true
 	case tkWord:
-		return !isReserved(p.text(i))
+		return p.isLabel(i) || !isReserved(p.text(i))
 	}
 	return false
 }
@@ -361,11 +366,12 @@ func (p *parser) readOnlyBody(from, to int) *RewriteError {
 	return nil
 }
 
-// target reads [ONLY] name[.name…] [*] [[AS] alias] from i; stop lists the
-// keywords that may follow a target without an alias. It returns the next
-// index.
+// target reads [ONLY] name[.name…] [*] [[AS] alias] from i, ONLY and *
+// not both (PostgreSQL rejects ONLY t *); stop lists the keywords that may
+// follow a target without an alias. It returns the next index.
 func (p *parser) target(i int, sh *shape, stop ...string) (int, string, *RewriteError) {
-	if p.isWord(i, "only") {
+	only := p.isWord(i, "only")
+	if only {
 		i++
 	}
 	if !p.isName(i) {
@@ -378,6 +384,9 @@ func (p *parser) target(i int, sh *shape, stop ...string) (int, string, *Rewrite
 	}
 	sh.table = p.q[p.toks[first].start:p.toks[i-1].end]
 	if i < len(p.toks) && p.toks[i].kind == tkOp && p.q[p.toks[i].start] == '*' {
+		if only {
+			return 0, "", p.errAt(ErrSyntax, i, "ONLY and * cannot both qualify the target table")
+		}
 		i++
 	}
 	alias := ""
@@ -407,7 +416,7 @@ func (p *parser) target(i int, sh *shape, stop ...string) (int, string, *Rewrite
 // that can follow a list: FROM (but not IS [NOT] DISTINCT FROM), WHERE,
 // RETURNING.
 func (p *parser) clauseWord(j int) string {
-	if j < 0 || j >= len(p.toks) || p.toks[j].depth != 0 || p.toks[j].kind != tkWord {
+	if j < 0 || j >= len(p.toks) || p.toks[j].depth != 0 || p.toks[j].kind != tkWord || p.isLabel(j) {
 		return ""
 	}
 	switch {

@@ -101,6 +101,21 @@ var acceptedCases = []struct {
 	{"no space around WHERE's parenthesis",
 		`UPDATE accounts SET balance=0 WHERE(id=:id)RETURNING id`,
 		`UPDATE accounts SET balance=0, "version" = "version" + 1 WHERE((id=:id)) AND "version" = :version RETURNING id`},
+	{"keyword labels after a dot in SET and WHERE",
+		`UPDATE accounts a SET balance = a.distinct WHERE a.from = :owner AND a.id = :id`,
+		`UPDATE accounts a SET balance = a.distinct, "version" = "version" + 1 WHERE (a.from = :owner AND a.id = :id) AND "version" = :version`},
+	{"keyword label before a FROM clause",
+		`UPDATE accounts a SET owner = a.from, balance = a.distinct FROM orders o WHERE o.account = a.id AND a.returning IS NULL RETURNING a.where`,
+		`UPDATE accounts a SET owner = a.from, balance = a.distinct, "version" = a."version" + 1 FROM orders o WHERE (o.account = a.id AND a.returning IS NULL) AND a."version" = :version RETURNING a.where`},
+	{"keyword label that would end the WHERE condition",
+		`DELETE FROM accounts a WHERE a.returning = :owner`,
+		`DELETE FROM accounts a WHERE (a.returning = :owner) AND "version" = :version`},
+	{"keyword labels with spaces around the dot",
+		`DELETE FROM accounts a USING orders o WHERE o.account = a . id AND a . returning = :owner RETURNING a . distinct`,
+		`DELETE FROM accounts a USING orders o WHERE (o.account = a . id AND a . returning = :owner) AND a."version" = :version RETURNING a . distinct`},
+	{"keyword label as a table name",
+		`UPDATE public.accounts SET balance = accounts.distinct WHERE accounts.order IS NULL AND id = :id`,
+		`UPDATE public.accounts SET balance = accounts.distinct, "version" = "version" + 1 WHERE (accounts.order IS NULL AND id = :id) AND "version" = :version`},
 	{"unicode and E strings",
 		`UPDATE accounts SET owner = U&'d\0061t' || e'\n' WHERE id = :id`,
 		`UPDATE accounts SET owner = U&'d\0061t' || e'\n', "version" = "version" + 1 WHERE (id = :id) AND "version" = :version`},
@@ -161,6 +176,8 @@ var refusedCases = []struct {
 	{"parameter as table", `UPDATE :tbl SET balance = 1 WHERE id = :id`, ErrSyntax},
 	{"stray dollar", `UPDATE accounts SET balance = $ WHERE id = :id`, ErrSyntax},
 	{"NUL byte", "UPDATE accounts SET balance = 1 WHERE id = :id\x00", ErrSyntax},
+	{"ONLY with a star", `UPDATE ONLY accounts * SET balance = 1 WHERE id = :id`, ErrSyntax},
+	{"DELETE ONLY with a star", `DELETE FROM ONLY accounts * WHERE id = :id`, ErrSyntax},
 	{"extra word before WHERE", `DELETE FROM accounts a b WHERE id = :id`, ErrSyntax},
 }
 
@@ -281,7 +298,7 @@ func TestRewriteOp(t *testing.T) {
 	if g.Op != versioned.OpDelete || g.Table != `"S"."T"` {
 		t.Errorf("op %v table %s", g.Op, g.Table)
 	}
-	g, err = Rewrite(`update  only  s.t * x set a = 1 where b`, pgSpec)
+	g, err = Rewrite(`update  only  s.t x set a = 1 where b`, pgSpec)
 	if err != nil {
 		t.Fatal(err)
 	}

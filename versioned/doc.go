@@ -56,7 +56,10 @@
 // type, for ORM integrations (gormplugin, sqlxhelpers) to reuse. Column
 // names for struct fields resolve as lock:"version,column=…", then db:"…"
 // (sqlx's tag), then SnakeCase of the field name; a Table built by hand
-// names its columns itself.
+// names its columns itself. UpdateStruct and DeleteStruct match the
+// struct's key fields to the Table's key columns by these names, never by
+// position, and refuse a struct whose key fields do not name exactly the
+// Table's key columns (ErrNoKey).
 //
 // # Writes
 //

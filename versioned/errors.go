@@ -23,9 +23,10 @@ var (
 	ErrOverflow = errors.New("versioned: version overflow")
 
 	// ErrNoKey: a write has no key value to target (nil, a nil pointer, a
-	// zero value, a NULL driver.Valuer, or a composite key of the wrong
-	// length). The statement is never widened to every row with that
-	// version. Returned as *KeyError.
+	// zero value, a NULL driver.Valuer, a composite key of the wrong
+	// length, or a struct whose key fields do not match the Table's key
+	// columns by name). The statement is never widened to every row with
+	// that version, nor sent to another row. Returned as *KeyError.
 	ErrNoKey = errors.New("versioned: missing key value")
 
 	// ErrKeyNotUnique: a write by key affected more than one row, so the
@@ -128,9 +129,13 @@ type StaleError struct {
 	Op       Op     // OpUpdate or OpDelete
 
 	// Set only when probing was asked for.
-	State    RowState // what the probe found
-	Current  int64    // the row's version when State is RowChanged or RowUnchanged
-	ProbeErr error    // the probe's own error, when State is RowUnknown because it failed
+	State   RowState // what the probe found
+	Current int64    // the row's version when State is RowChanged or RowUnchanged
+	// CurrentNull: the probe found the row's version NULL (State is
+	// RowChanged, Current 0). NULL never equals an expected version: make
+	// the column NOT NULL.
+	CurrentNull bool
+	ProbeErr    error // the probe's own error, when State is RowUnknown because it failed
 }
 
 func (e *StaleError) Error() string {
@@ -147,6 +152,10 @@ func (e *StaleError) Error() string {
 	case RowGone:
 		b.WriteString(": row is gone")
 	case RowChanged:
+		if e.CurrentNull {
+			b.WriteString(": the row's version is NULL, which never matches (make the column NOT NULL)")
+			break
+		}
 		b.WriteString(": row is now at version ")
 		b.WriteString(strconv.FormatInt(e.Current, 10))
 	case RowUnchanged:
@@ -192,7 +201,7 @@ func (e *OverflowError) Is(target error) bool { return target == ErrOverflow }
 // sent.
 type KeyError struct {
 	Table  string
-	Column string // the key column with no value ("" when the key's shape is wrong)
+	Column string // the key column with no value or no matching field ("" when the key's shape is wrong)
 	Reason string
 }
 

@@ -284,6 +284,12 @@ func (m *Model) KeyColumns() []string {
 // one): the field's value for one key field, a CompositeKey for several. A
 // zero or nil key value is *KeyError (ErrNoKey): an unsaved struct must
 // never become an UPDATE or DELETE without a key.
+//
+// A CompositeKey is in the order of m.Keys (declaration order), which is
+// the key order of a Table built with [Model.Table] and of no other Table
+// in general: to write a struct to a Table built by hand, use
+// [UpdateStruct] and [DeleteStruct], which match key fields to the Table's
+// key columns by name.
 func (m *Model) KeyOf(v reflect.Value) (any, error) { return m.keyOf(v, false) }
 
 func (m *Model) keyOf(v reflect.Value, zeroOK bool) (any, error) {

@@ -4,13 +4,21 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 )
 
 // UpdateStruct is Update for a struct with a lock:"version" field: the key
-// comes from the struct's key fields (see Model.Keys), the expected version
-// from its version field, the assignments from set. On success the new
-// version is stored in the struct; on any error the struct is unchanged.
-// The Table's column names are the ones used in SQL.
+// comes from the struct's key fields (see [Model].Keys), the expected
+// version from its version field, the assignments from set. On success the
+// new version is stored in the struct; on any error the struct is
+// unchanged. The Table's column names are the ones used in SQL.
+//
+// Key fields are matched to the Table's key columns by column name (a
+// field's lock column=, else its db tag, else [SnakeCase] of its name),
+// never by position. A struct that has no key field for one of the Table's
+// key columns, a key field whose column is not a key column of the Table,
+// or two key fields for one column is refused with *[KeyError]
+// ([ErrNoKey]) naming that column, and nothing is sent.
 func UpdateStruct(ctx context.Context, db Execer, t *Table, ptr any, set ...Pair) error {
 	m, rv, err := modelFor("update", ptr)
 	if err != nil {
@@ -26,7 +34,7 @@ func UpdateStruct(ctx context.Context, db Execer, t *Table, ptr any, set ...Pair
 	if t == nil {
 		return inputErr("update", "table", "nil *Table", ErrInvalidArg)
 	}
-	key, err := m.keyOf(rv, t.cfg.zeroKey)
+	key, err := m.keyFor(rv, t)
 	if err != nil {
 		return err
 	}
@@ -38,7 +46,8 @@ func UpdateStruct(ctx context.Context, db Execer, t *Table, ptr any, set ...Pair
 }
 
 // DeleteStruct is Delete for a struct with a lock:"version" field, by the
-// struct's key and version.
+// struct's key and version. Key fields are matched to the Table's key
+// columns by name, as for [UpdateStruct].
 func DeleteStruct(ctx context.Context, db Execer, t *Table, ptr any) error {
 	m, rv, err := modelFor("delete", ptr)
 	if err != nil {
@@ -51,7 +60,7 @@ func DeleteStruct(ctx context.Context, db Execer, t *Table, ptr any) error {
 	if t == nil {
 		return inputErr("delete", "table", "nil *Table", ErrInvalidArg)
 	}
-	key, err := m.keyOf(rv, t.cfg.zeroKey)
+	key, err := m.keyFor(rv, t)
 	if err != nil {
 		return err
 	}
@@ -65,4 +74,81 @@ func modelFor(op string, ptr any) (*Model, reflect.Value, error) {
 	}
 	m, err := ModelOf(rv.Type())
 	return m, rv, err
+}
+
+// keyFor returns the key value of the struct rv points to for table t: the
+// values of the key fields matched to t's key columns by name, in t's
+// column order (one value, or a CompositeKey for several columns).
+func (m *Model) keyFor(rv reflect.Value, t *Table) (any, error) {
+	cols := t.cfg.keys
+	v := rv.Elem()
+	if len(m.Keys) == 1 && len(cols) == 1 && m.Keys[0].Column == cols[0] {
+		// the common case, without a CompositeKey to allocate
+		x := v.FieldByIndex(m.Keys[0].Index).Interface()
+		if reason := t.missing(x); reason != "" {
+			return nil, &KeyError{Table: t.name, Column: cols[0], Reason: reason}
+		}
+		return x, nil
+	}
+	if err := m.matchKeys(t); err != nil {
+		return nil, err
+	}
+	vals := make(CompositeKey, len(cols))
+	for i, c := range cols {
+		k := m.keyField(c)
+		x := v.FieldByIndex(k.Index).Interface()
+		if reason := t.missing(x); reason != "" {
+			return nil, &KeyError{Table: t.name, Column: c, Reason: reason}
+		}
+		vals[i] = x
+	}
+	return vals, nil
+}
+
+// matchKeys checks that m's key fields and t's key columns pair up one to
+// one by column name.
+func (m *Model) matchKeys(t *Table) error {
+	mismatch := func(col, reason string) error {
+		return &KeyError{Table: t.name, Column: col, Reason: reason +
+			" (the key columns are " + strings.Join(t.cfg.keys, ", ") + "; the key fields of " + m.Type.String() +
+			" map to " + strings.Join(m.KeyColumns(), ", ") + ")"}
+	}
+	if len(m.Keys) == 0 {
+		return mismatch(t.cfg.keys[0], m.Type.String()+` has no key field: tag the key field(s) lock:"key"`)
+	}
+	for i, k := range m.Keys {
+		if !containsString(t.cfg.keys, k.Column) {
+			return mismatch(k.Column, fmt.Sprintf("key field %s maps to column %q, which is not a key column of the table", k.Name, k.Column))
+		}
+		for _, prev := range m.Keys[:i] {
+			if prev.Column == k.Column {
+				return mismatch(k.Column, fmt.Sprintf("key fields %s and %s both map to column %q", prev.Name, k.Name, k.Column))
+			}
+		}
+	}
+	for _, c := range t.cfg.keys {
+		if m.keyField(c) == nil {
+			return mismatch(c, fmt.Sprintf(`no key field maps to key column %q: tag it lock:"key" (with column=%s if its name differs)`, c, c))
+		}
+	}
+	return nil
+}
+
+// keyField returns the key field for column col, or nil.
+func (m *Model) keyField(col string) *KeyField {
+	for _, k := range m.Keys {
+		if k.Column == col {
+			return k
+		}
+	}
+	return nil
+}
+
+func containsString(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }

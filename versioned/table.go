@@ -486,7 +486,9 @@ func (t *Table) probe(ctx context.Context, q Querier, key any, se *StaleError) {
 		se.ProbeErr = err
 	case cur.Valid && cur.Int64 == se.Expected:
 		se.State, se.Current = RowUnchanged, cur.Int64
-	default: // a NULL version reads as 0
+	case !cur.Valid:
+		se.State, se.CurrentNull = RowChanged, true
+	default:
 		se.State, se.Current = RowChanged, cur.Int64
 	}
 }

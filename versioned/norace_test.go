@@ -1,0 +1,5 @@
+//go:build !race
+
+package versioned_test
+
+const raceEnabled = false
