@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,12 @@ const (
 	// 55P03 and the connection survives.
 	FormHandLockTimeout Form = "hand: lock_timeout from deadline"
 )
+
+// FormTxLockPgxTimeout is txlock.DoPgx on a *pgxpool.Pool with
+// txlock.WithTimeout set by the caller to the deadline minus handMargin:
+// what txlock's own lock_timeout achieves when the caller does the
+// arithmetic. It is not one of DeadlineForms.
+const FormTxLockPgxTimeout Form = "txlock.DoPgx+WithTimeout(deadline-m)"
 
 // DeadlineForms lists every form of the deadline scenario, sqlock's first.
 var DeadlineForms = []Form{
@@ -163,24 +170,34 @@ type DeadlineResult struct {
 	// Successes+Unknown; RunDeadline returns an error otherwise.
 	Increments int64
 
-	// NewConns is the number of connections established during the
-	// measured phase (counted by a pgconn AfterConnect hook on every handle
-	// of the run); Dials the network dials in the same phase.
-	NewConns, Dials int
-	// TotalConns and TotalDials are every connection the run established
-	// and every dial it made, warm-up and set-up included. A dial that
-	// did not become a connection is one the caller's context ended while
-	// it was being set up: the server may still have started a backend
-	// for it.
-	TotalConns, TotalDials int
+	// Counted by hooks on the pgconn configuration of every handle of the
+	// run, during the measured phase: NewConns connections established
+	// (AfterConnect), Attempts connection attempts (AfterNetConnect; an
+	// attempt that did not become a connection is one whose context ended
+	// while it was being set up — the server may have started a backend
+	// for it all the same), and Dials every network dial: the attempts and
+	// the cancel requests pgx sends when it closes a connection in the
+	// middle of a statement (Cancels = Dials - Attempts).
+	NewConns, Attempts, Dials, Cancels int
+	// TotalConns and TotalAttempts count the whole run, warm-up and set-up
+	// included.
+	TotalConns, TotalAttempts int
 	// Sessions and SessionsAbandoned are the growth of pg_stat_database's
 	// sessions and sessions_abandoned (PostgreSQL 14+) for the run's
 	// database from before the run until all of its backends had exited
 	// (-1 when they could not be read). SessionsExact reports that the
 	// database had no other backends when the run started, so that
-	// TotalConns ≤ Sessions ≤ TotalDials.
+	// TotalConns ≤ Sessions ≤ TotalAttempts.
 	Sessions, SessionsAbandoned int
 	SessionsExact               bool
+
+	// MaxBackends and MaxLockWaiters are the most backends connected to
+	// the run's database, and the most of them waiting for a lock, seen by
+	// sampling pg_stat_activity every 20 ms during the measured phase (-1
+	// when not sampled). More backends than the pool holds connections
+	// are backends whose client has gone: abandoned waits still queued, or
+	// connections being set up for a context that has already ended.
+	MaxBackends, MaxLockWaiters int
 
 	// HandMargin is the margin FormHandLockTimeout kept back (zero for the
 	// other forms).
@@ -201,6 +218,24 @@ func (r DeadlineResult) NewConnsPerSecond() float64 {
 	return float64(r.NewConns) / r.Elapsed.Seconds()
 }
 
+// FormatDeadlines formats results as a table: one line per run, with the
+// outcomes, the unknown outcomes, the connections of the measured phase
+// (completed and dialled) and the pg_stat_database cross-check of the
+// whole run.
+func FormatDeadlines(rs []DeadlineResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-36s %8s %5s %5s %8s %5s %8s %5s %7s %8s %8s %7s %8s %9s %8s %8s\n",
+		"form", "deadline", "calls", "ok", "ErrTimeo", "55P03", "ctx-dead", "other", "unknown",
+		"newconns", "attempts", "cancels", "sessions", "abandoned", "backends", "lockwait")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "%-36s %8v %5d %5d %8d %5d %8d %5d %7d %8d %8d %7d %8d %9d %8d %8d\n",
+			r.Config.Form, r.Config.Deadline, r.Calls, r.Successes, r.Timeouts, r.LockTimeouts, r.Deadlines,
+			r.Others, r.Unknown, r.NewConns, r.Attempts, r.Cancels, r.Sessions, r.SessionsAbandoned,
+			r.MaxBackends, r.MaxLockWaiters)
+	}
+	return b.String()
+}
+
 // deadlineKey is the one key every caller contends on.
 var deadlineKey = advisory.KeyOf("contention:deadline")
 
@@ -211,8 +246,9 @@ type rig struct {
 	db      *sql.DB       // the handle under test for database/sql forms
 	size    int           // connections of the handle under test
 	locker  *advisory.Locker
-	conns   atomic.Int64 // connections established (AfterConnect)
-	dials   atomic.Int64
+	conns    atomic.Int64 // connections established (AfterConnect)
+	attempts atomic.Int64 // connection attempts (AfterNetConnect)
+	dials    atomic.Int64 // attempts and cancel requests (DialFunc)
 	connCfg *pgx.ConnConfig // counting configuration for every handle
 
 	// FormHandLockTimeout: the margin in force, and the longest time from
@@ -290,11 +326,21 @@ INSERT INTO hot_deadline VALUES (1, 0);`); err != nil {
 	if err != nil {
 		return res, err
 	}
-	conns0, dials0 := r.conns.Load(), r.dials.Load()
+	conns0, attempts0, dials0 := r.conns.Load(), r.attempts.Load(), r.dials.Load()
 
+	res.MaxBackends, res.MaxLockWaiters = -1, -1
+	var stopSampling func()
+	if stats != nil {
+		stopSampling = stats.sample(ctx, &res)
+	}
 	tally, elapsed := r.measure(ctx, call)
+	if stopSampling != nil {
+		stopSampling()
+	}
 
-	res.NewConns, res.Dials = int(r.conns.Load()-conns0), int(r.dials.Load()-dials0)
+	res.NewConns, res.Attempts = int(r.conns.Load()-conns0), int(r.attempts.Load()-attempts0)
+	res.Dials = int(r.dials.Load() - dials0)
+	res.Cancels = res.Dials - res.Attempts
 	res.Elapsed = elapsed
 	tally.into(&res)
 	if cfg.Form == FormHandLockTimeout {
@@ -315,7 +361,7 @@ INSERT INTO hot_deadline VALUES (1, 0);`); err != nil {
 
 	closeHandle()
 	setup.Close(ctx)
-	res.TotalConns, res.TotalDials = int(r.conns.Load()), int(r.dials.Load())
+	res.TotalConns, res.TotalAttempts = int(r.conns.Load()), int(r.attempts.Load())
 	if stats != nil {
 		if err := stats.after(ctx, &res); err != nil {
 			return res, err
@@ -330,6 +376,14 @@ func (r *rig) count(c *pgx.ConnConfig) {
 	c.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		r.dials.Add(1)
 		return dial(ctx, network, addr)
+	}
+	netConnect := c.AfterNetConnect
+	c.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		r.attempts.Add(1)
+		if netConnect != nil {
+			return netConnect(ctx, pc, conn)
+		}
+		return conn, nil
 	}
 	after := c.AfterConnect
 	c.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
@@ -415,8 +469,15 @@ func (r *rig) warm(ctx context.Context, call callFunc) error {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			var updated bool
-			errs[i] = call(cctx, &updated)
+			for {
+				var updated bool
+				errs[i] = call(cctx, &updated)
+				// A form whose lock_timeout is its own (not the
+				// context's) times out among 32 warm-up calls too.
+				if !errors.Is(errs[i], txlock.ErrTimeout) {
+					return
+				}
+			}
 		})
 	}
 	wg.Wait()
@@ -506,6 +567,13 @@ func (r *rig) caller() (callFunc, error) {
 			return txlock.DoPgx(ctx, r.pool, deadlineKey, func(ctx context.Context, tx pgx.Tx) error {
 				return pgxWork(ctx, tx, "", hold, updated)
 			})
+		}, nil
+	case FormTxLockPgxTimeout:
+		opt := txlock.WithTimeout(r.cfg.Deadline - handMargin(r.cfg.Hold))
+		return func(ctx context.Context, updated *bool) error {
+			return txlock.DoPgx(ctx, r.pool, deadlineKey, func(ctx context.Context, tx pgx.Tx) error {
+				return pgxWork(ctx, tx, "", hold, updated)
+			}, opt)
 		}, nil
 	case FormAdvisoryPool:
 		r.locker = advisory.NewPool(r.pool)
@@ -657,6 +725,40 @@ func (s *statsConn) backends(ctx context.Context) (int, error) {
 	var n int
 	err := s.conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", s.db).Scan(&n)
 	return n, err
+}
+
+// sample records the most backends (and lock waiters) on the run's
+// database in res until the returned function is called. It uses a
+// connection of its own, to the maintenance database.
+func (s *statsConn) sample(ctx context.Context, res *DeadlineResult) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	cfg := s.conn.Config().Copy()
+	go func() {
+		defer close(done)
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var n, waiting int
+			err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock')
+FROM pg_stat_activity WHERE datname = $1`, s.db).Scan(&n, &waiting)
+			if err != nil {
+				return
+			}
+			res.MaxBackends, res.MaxLockWaiters = max(res.MaxBackends, n), max(res.MaxLockWaiters, waiting)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func (s *statsConn) read(ctx context.Context) (sessions, abandoned int64, err error) {

@@ -2,8 +2,6 @@ package contention
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,21 +46,6 @@ func runForms(t *testing.T, cfg DeadlineConfig, forms []Form) map[Form]DeadlineR
 	return out
 }
 
-// DeadlineTable formats results as the table the test logs and the report
-// quotes.
-func deadlineTable(rs map[Form]DeadlineResult, forms []Form) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %6s %6s %8s %6s %8s %6s %7s %8s %6s %9s %8s\n",
-		"form", "calls", "ok", "ErrTimeo", "55P03", "deadline", "other", "unknown", "newconns", "dials", "sessions", "abandond")
-	for _, f := range forms {
-		r := rs[f]
-		fmt.Fprintf(&b, "%-34s %6d %6d %8d %6d %8d %6d %7d %8d %6d %9d %8d\n",
-			f, r.Calls, r.Successes, r.Timeouts, r.LockTimeouts, r.Deadlines, r.Others, r.Unknown,
-			r.NewConns, r.Dials, r.Sessions, r.SessionsAbandoned)
-	}
-	return b.String()
-}
-
 // Under request deadlines on a hot key, every form keeps the counter exact
 // and every call's outcome is accounted for; the careful hand-written form
 // (lock_timeout from the deadline) keeps its connections. sqlock's own
@@ -70,7 +53,7 @@ func deadlineTable(rs map[Form]DeadlineResult, forms []Form) string {
 func TestDeadlinesUnderPressure(t *testing.T) {
 	rs := runForms(t, pressure, DeadlineForms)
 	t.Logf("%d workers, pool %d, hold %v, deadline %v, %d calls per worker:\n%s",
-		pressure.Workers, pressure.Pool, pressure.Hold, pressure.Deadline, pressure.Calls, deadlineTable(rs, DeadlineForms))
+		pressure.Workers, pressure.Pool, pressure.Hold, pressure.Deadline, pressure.Calls, FormatDeadlines(resultsOf(rs, DeadlineForms)))
 	for _, f := range DeadlineForms {
 		r := rs[f]
 		if r.Others > 0 {
@@ -81,11 +64,20 @@ func TestDeadlinesUnderPressure(t *testing.T) {
 	hand := rs[FormHandLockTimeout]
 	t.Logf("careful hand-written margin: %v", hand.HandMargin)
 	if limit := hand.Calls / 100; hand.Dials > limit {
-		t.Errorf("%s dialled %d new connections for %d calls; want ≤ %d (1%%)", FormHandLockTimeout, hand.Dials, hand.Calls, limit)
+		t.Errorf("%s dialled %d times (%d connection attempts, %d cancel requests) for %d calls; want ≤ %d (1%%)",
+			FormHandLockTimeout, hand.Dials, hand.Attempts, hand.Cancels, hand.Calls, limit)
 	}
 	if sqlockDeadlineFixLanded {
 		assertSQLockSurvivesDeadlines(t, rs)
 	}
+}
+
+func resultsOf(rs map[Form]DeadlineResult, forms []Form) []DeadlineResult {
+	out := make([]DeadlineResult, len(forms))
+	for i, f := range forms {
+		out[i] = rs[f]
+	}
+	return out
 }
 
 // assertAccounted checks what holds at any speed: every call has one
@@ -104,12 +96,13 @@ func assertAccounted(t *testing.T, r DeadlineResult) {
 	if r.Increments < int64(r.Successes) || r.Increments > int64(r.Successes+r.Unknown) {
 		t.Errorf("%s: counter grew by %d for %d successes (%d unknown): lost or phantom updates", f, r.Increments, r.Successes, r.Unknown)
 	}
-	if r.NewConns > r.Dials || r.TotalConns < r.NewConns+r.Config.Pool || r.TotalDials < r.TotalConns {
-		t.Errorf("%s: %d new connections, %d dials, %d connections and %d dials in all for a pool of %d",
-			f, r.NewConns, r.Dials, r.TotalConns, r.TotalDials, r.Config.Pool)
+	if r.NewConns > r.Attempts || r.Attempts > r.Dials || r.TotalConns < r.NewConns+r.Config.Pool || r.TotalAttempts < r.TotalConns {
+		t.Errorf("%s: %d new connections, %d attempts, %d dials; %d connections and %d attempts in all for a pool of %d",
+			f, r.NewConns, r.Attempts, r.Dials, r.TotalConns, r.TotalAttempts, r.Config.Pool)
 	}
-	if r.SessionsExact && (r.Sessions < r.TotalConns || r.Sessions > r.TotalDials) {
-		t.Errorf("%s: pg_stat_database counted %d sessions; the run made %d connections in %d dials", f, r.Sessions, r.TotalConns, r.TotalDials)
+	if r.SessionsExact && (r.Sessions < r.TotalConns || r.Sessions > r.TotalAttempts) {
+		t.Errorf("%s: pg_stat_database counted %d sessions; the run made %d connections in %d attempts",
+			f, r.Sessions, r.TotalConns, r.TotalAttempts)
 	}
 }
 
@@ -125,7 +118,8 @@ func assertSQLockSurvivesDeadlines(t *testing.T, rs map[Form]DeadlineResult) {
 		}
 		r := rs[f]
 		if limit := r.Calls / 100; r.Dials > limit {
-			t.Errorf("%s dialled %d new connections for %d calls; want ≤ %d (1%%)", f, r.Dials, r.Calls, limit)
+			t.Errorf("%s dialled %d times (%d connection attempts, %d cancel requests) for %d calls; want ≤ %d (1%%)",
+				f, r.Dials, r.Attempts, r.Cancels, r.Calls, limit)
 		}
 		if r.Successes < hand.Successes {
 			t.Errorf("%s: %d successes; the careful hand-written form had %d", f, r.Successes, hand.Successes)
