@@ -241,15 +241,15 @@ var deadlineKey = advisory.KeyOf("contention:deadline")
 
 // rig is one run's handles and counters.
 type rig struct {
-	cfg     DeadlineConfig
-	pool    *pgxpool.Pool // the handle under test for pgx forms
-	db      *sql.DB       // the handle under test for database/sql forms
-	size    int           // connections of the handle under test
-	locker  *advisory.Locker
-	conns    atomic.Int64 // connections established (AfterConnect)
-	attempts atomic.Int64 // connection attempts (AfterNetConnect)
-	dials    atomic.Int64 // attempts and cancel requests (DialFunc)
-	connCfg *pgx.ConnConfig // counting configuration for every handle
+	cfg      DeadlineConfig
+	pool     *pgxpool.Pool // the handle under test for pgx forms
+	db       *sql.DB       // the handle under test for database/sql forms
+	size     int           // connections of the handle under test
+	locker   *advisory.Locker
+	conns    atomic.Int64    // connections established (AfterConnect)
+	attempts atomic.Int64    // connection attempts (AfterNetConnect)
+	dials    atomic.Int64    // attempts and cancel requests (DialFunc)
+	connCfg  *pgx.ConnConfig // counting configuration for every handle
 
 	// FormHandLockTimeout: the margin in force, and the longest time from
 	// a grant to the call's end seen so far.
