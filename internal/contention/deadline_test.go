@@ -23,25 +23,26 @@ var pressure = DeadlineConfig{Workers: 32, Pool: 32, Hold: 5 * time.Millisecond,
 func runForms(t *testing.T, cfg DeadlineConfig, forms []Form) map[Form]DeadlineResult {
 	t.Helper()
 	cluster := pgtest.Shared(t)
-	ctx := context.Background()
-	out := map[Form]DeadlineResult{}
-	for _, f := range forms {
+	newDB := func(ctx context.Context) (string, func(), error) {
 		name, err := cluster.CreateDatabase(ctx)
 		if err != nil {
-			t.Fatal(err)
+			return "", nil, err
 		}
-		t0 := time.Now()
-		c := cfg
-		c.Form, c.DSN = f, pgtest.WithDatabase(cluster.AdminDSN(), name)
-		r, err := RunDeadline(ctx, c)
-		if derr := cluster.DropDatabase(ctx, name); derr != nil {
-			t.Log(derr)
+		drop := func() {
+			if err := cluster.DropDatabase(ctx, name); err != nil {
+				t.Log(err)
+			}
 		}
-		if err != nil {
-			t.Fatalf("%s: %v (%+v)", f, err, r)
-		}
-		out[f] = r
-		t.Logf("%s: %v in all, %v measured", f, time.Since(t0).Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+		return pgtest.WithDatabase(cluster.AdminDSN(), name), drop, nil
+	}
+	rs, err := SweepDeadlines(context.Background(), cfg, []time.Duration{cfg.Deadline}, forms, newDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[Form]DeadlineResult{}
+	for _, r := range rs {
+		out[r.Config.Form] = r
+		t.Logf("%s: %v measured", r.Config.Form, r.Elapsed.Round(time.Millisecond))
 	}
 	return out
 }

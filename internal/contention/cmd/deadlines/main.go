@@ -48,31 +48,31 @@ func run(list string, workers, pool int, hold time.Duration, calls int, duration
 	if extra {
 		forms = append(forms[:len(forms):len(forms)], contention.FormTxLockPgxTimeout)
 	}
-	var all []contention.DeadlineResult
+	var ds []time.Duration
 	for _, s := range strings.Split(list, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
 		if err != nil {
 			return err
 		}
-		var rs []contention.DeadlineResult
-		for _, f := range forms {
-			name, err := cluster.CreateDatabase(ctx)
-			if err != nil {
-				return err
-			}
-			r, err := contention.RunDeadline(ctx, contention.DeadlineConfig{
-				DSN: pgtest.WithDatabase(cluster.AdminDSN(), name), Form: f,
-				Workers: workers, Pool: pool, Hold: hold, Deadline: d, Calls: calls, Duration: duration,
-			})
-			cluster.DropDatabase(ctx, name)
-			if err != nil {
-				return fmt.Errorf("%s at %v: %w", f, d, err)
-			}
-			rs = append(rs, r)
-		}
-		fmt.Printf("%d workers, pool %d, hold %v, deadline %v, client_connection_check_interval %v:\n%s\n", workers, pool, hold, d, check, contention.FormatDeadlines(rs))
-		all = append(all, rs...)
+		ds = append(ds, d)
 	}
+	base := contention.DeadlineConfig{Workers: workers, Pool: pool, Hold: hold, Calls: calls, Duration: duration}
+	newDB := func(ctx context.Context) (string, func(), error) {
+		name, err := cluster.CreateDatabase(ctx)
+		if err != nil {
+			return "", nil, err
+		}
+		return pgtest.WithDatabase(cluster.AdminDSN(), name), func() { cluster.DropDatabase(ctx, name) }, nil
+	}
+	all, err := contention.SweepDeadlines(ctx, base, ds, forms, newDB)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(all); i += len(forms) {
+		fmt.Printf("%d workers, pool %d, hold %v, deadline %v, client_connection_check_interval %v:\n%s\n",
+			workers, pool, hold, all[i].Config.Deadline, check, contention.FormatDeadlines(all[i:i+len(forms)]))
+	}
+	fmt.Println(contention.DeadlinesMarkdown(all))
 	fmt.Printf("%-38s %8s %8s %8s %9s %7s\n", "form", "deadline", "ok/s", "dials/s", "ok%", "margin")
 	for _, r := range all {
 		fmt.Printf("%-38s %8v %8.0f %8.0f %8.1f%% %7v\n", r.Config.Form, r.Config.Deadline, r.SuccessesPerSecond(),
