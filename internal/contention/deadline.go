@@ -88,13 +88,16 @@ func (f Form) sqlForm() bool {
 	return f == FormTxLockSQL || f == FormTxLockOpenDB || f == FormAdvisorySQL
 }
 
-// handMargin is the least FormHandLockTimeout keeps back from the
-// context's remaining time when it sets lock_timeout: the critical section
-// (hold) plus 15 ms for its statements and COMMIT — the guess a careful
-// engineer would write down. The form raises it as it measures (see
-// rig.calibrate), so that a slow machine does not make it lose
-// connections.
+// handMargin is what FormHandLockTimeout keeps back from the context's
+// remaining time when it sets lock_timeout: the critical section (hold)
+// plus 15 ms for its statements and COMMIT — the guess a careful engineer
+// would write down.
 func handMargin(hold time.Duration) time.Duration { return hold + 15*time.Millisecond }
+
+// handGrace is how long past the caller's deadline FormHandLockTimeout
+// lets a statement run before the driver cuts it (and closes the
+// connection): only a server that does not answer at all gets there.
+const handGrace = time.Second
 
 // DeadlineConfig describes one run of the deadline scenario: Workers
 // callers on one key, each call under its own context.WithTimeout(Deadline),
@@ -199,8 +202,8 @@ type DeadlineResult struct {
 	// connections being set up for a context that has already ended.
 	MaxBackends, MaxLockWaiters int
 
-	// HandMargin is the margin FormHandLockTimeout kept back (zero for the
-	// other forms).
+	// HandMargin is the margin FormHandLockTimeout keeps back from the
+	// deadline (zero for the other forms).
 	HandMargin time.Duration
 }
 
@@ -250,11 +253,6 @@ type rig struct {
 	attempts atomic.Int64    // connection attempts (AfterNetConnect)
 	dials    atomic.Int64    // attempts and cancel requests (DialFunc)
 	connCfg  *pgx.ConnConfig // counting configuration for every handle
-
-	// FormHandLockTimeout: the margin in force, and the longest time from
-	// a grant to the call's end seen so far.
-	margin  atomic.Int64
-	slowest atomic.Int64
 }
 
 // RunDeadline runs the deadline scenario once: it opens the form's handle
@@ -306,18 +304,14 @@ INSERT INTO hot_deadline VALUES (1, 0);`); err != nil {
 		return res, err
 	}
 
-	// Warm-up: every connection open, every worker's statements prepared.
+	// Warm-up: every connection open, every worker's statements prepared
+	// (the pool is filled again after the warm-up calls: the advisory
+	// probe closes connections).
 	if err := r.fill(ctx); err != nil {
 		return res, fmt.Errorf("%s: fill: %w", cfg.Form, err)
 	}
-	for pass := range 2 {
-		// The first pass prepares every statement (which slows it down):
-		// only the second one calibrates.
-		r.slowest.Store(0)
-		r.margin.Store(int64(handMargin(cfg.Hold)))
-		if err := r.warm(ctx, call); err != nil {
-			return res, fmt.Errorf("%s: warm-up %d: %w", cfg.Form, pass, err)
-		}
+	if err := r.warm(ctx, call); err != nil {
+		return res, fmt.Errorf("%s: warm-up: %w", cfg.Form, err)
 	}
 	if err := r.fill(ctx); err != nil {
 		return res, fmt.Errorf("%s: fill: %w", cfg.Form, err)
@@ -333,7 +327,7 @@ INSERT INTO hot_deadline VALUES (1, 0);`); err != nil {
 	if stats != nil {
 		stopSampling = stats.sample(ctx, &res)
 	}
-	tally, elapsed := r.measure(ctx, call)
+	tally, elapsed := r.measure(ctx, call, cfg.Calls)
 	if stopSampling != nil {
 		stopSampling()
 	}
@@ -344,7 +338,7 @@ INSERT INTO hot_deadline VALUES (1, 0);`); err != nil {
 	res.Elapsed = elapsed
 	tally.into(&res)
 	if cfg.Form == FormHandLockTimeout {
-		res.HandMargin = time.Duration(r.margin.Load())
+		res.HandMargin = handMargin(cfg.Hold)
 	}
 	n1, err := readCounter(ctx, setup)
 	if err != nil {
@@ -523,8 +517,9 @@ func (t *tally) into(r *DeadlineResult) {
 	r.Deadlines, r.Others, r.OtherSamples, r.Unknown = t.deadlines, t.others, t.samples, t.unknown
 }
 
-// measure runs the measured phase.
-func (r *rig) measure(ctx context.Context, call callFunc) (*tally, time.Duration) {
+// measure runs calls calls per worker, or, when calls is zero, calls for
+// the configured duration.
+func (r *rig) measure(ctx context.Context, call callFunc, calls int) (*tally, time.Duration) {
 	t := &tally{}
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -532,7 +527,7 @@ func (r *rig) measure(ctx context.Context, call callFunc) (*tally, time.Duration
 	for range r.cfg.Workers {
 		wg.Go(func() {
 			for i := 0; ; i++ {
-				if r.cfg.Calls > 0 && i == r.cfg.Calls || r.cfg.Calls <= 0 && !time.Now().Before(end) {
+				if calls > 0 && i == calls || calls <= 0 && !time.Now().Before(end) {
 					return
 				}
 				cctx, cancel := context.WithTimeout(ctx, r.cfg.Deadline)
@@ -606,43 +601,34 @@ func (r *rig) caller() (callFunc, error) {
 		}, nil
 	case FormHandLockTimeout:
 		return func(ctx context.Context, updated *bool) error {
-			var granted time.Time
-			err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-				d, _ := ctx.Deadline()
-				left := time.Until(d) - time.Duration(r.margin.Load())
-				if left < time.Millisecond { // 0 would mean no limit
-					return fmt.Errorf("no time left to wait for the lock: %w", context.DeadlineExceeded)
-				}
-				ms := strconv.FormatInt(int64(left/time.Millisecond), 10) + "ms"
-				if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", ms); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
-					return err
-				}
-				granted = time.Now()
-				return pgxWork(ctx, tx, "", hold, updated)
-			})
-			if !granted.IsZero() {
-				r.calibrate(time.Since(granted))
+			d, _ := ctx.Deadline()
+			left := time.Until(d) - handMargin(r.cfg.Hold)
+			if left < time.Millisecond { // lock_timeout 0 would mean no limit
+				return fmt.Errorf("no time left to wait for the lock: %w", context.DeadlineExceeded)
 			}
-			return err
+			// The transaction runs detached from the caller's cancellation,
+			// bounded by a grace period past the deadline: the server's
+			// lock_timeout ends the wait, and a deadline that passes during
+			// the critical section (a slow machine) rolls back instead of
+			// making pgx close the connection.
+			tctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d.Add(handGrace))
+			defer cancel()
+			return pgx.BeginFunc(tctx, r.pool, func(tx pgx.Tx) error {
+				ms := strconv.FormatInt(int64(left/time.Millisecond), 10) + "ms"
+				if _, err := tx.Exec(tctx, "SELECT set_config('lock_timeout', $1, true)", ms); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(tctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+					return err
+				}
+				if err := pgxWork(tctx, tx, "", hold, updated); err != nil {
+					return err
+				}
+				return ctx.Err() // never COMMIT for a caller who has gone
+			})
 		}, nil
 	}
 	return nil, fmt.Errorf("contention: unknown form %q", r.cfg.Form)
-}
-
-// calibrate is FormHandLockTimeout's care: the margin it keeps back from
-// the deadline is 1.5 times the longest time a call has needed from its
-// grant to its end (and at least handMargin), so that a slow machine or a
-// slow critical section raises it.
-func (r *rig) calibrate(d time.Duration) {
-	for s := r.slowest.Load(); int64(d) > s; s = r.slowest.Load() {
-		if r.slowest.CompareAndSwap(s, int64(d)) {
-			r.margin.Store(int64(max(handMargin(r.cfg.Hold), d*3/2)))
-			return
-		}
-	}
 }
 
 // pgxQuerier is a pgx.Tx or a *pgxpool.Pool.
