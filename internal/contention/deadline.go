@@ -50,10 +50,14 @@ const (
 	// BEGIN; SELECT pg_advisory_xact_lock($1); …; COMMIT.
 	FormHandLock Form = "hand: pg_advisory_xact_lock"
 	// FormHandLockTimeout is the careful hand-written form on pgxpool: as
-	// FormHandLock, with SET LOCAL lock_timeout before the lock, computed
-	// from the context's deadline minus the time the rest of the call needs
-	// (DeadlineResult.HandMargin), so that a wait that runs out ends on the server with
-	// 55P03 and the connection survives.
+	// FormHandLock, with lock_timeout set (set_config(…, true), as SET
+	// LOCAL) before the lock to the context's remaining time minus what the
+	// rest of the call needs (DeadlineResult.HandMargin), so that a wait
+	// that runs out ends on the server with 55P03 and the connection
+	// survives. Its statements run on a context detached from the caller's
+	// cancellation (bounded a second past the deadline), and it rolls back
+	// rather than commits once the deadline has passed: a slow machine
+	// costs it successes, never connections.
 	FormHandLockTimeout Form = "hand: lock_timeout from deadline"
 )
 
