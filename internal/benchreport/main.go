@@ -30,14 +30,15 @@ func main() {
 	work := flag.Int("work", 2000, "increments per contention point (split among the workers)")
 	out := flag.String("out", "docs", "output directory")
 	skipBench := flag.Bool("skip-bench", false, "only the contention sweep")
+	deadlines := flag.String("deadlines", "25ms,50ms,100ms,200ms,400ms", "per-call deadlines of the deadline sweep (empty: none)")
 	flag.Parse()
-	if err := run(*count, *workerList, *work, *out, *skipBench); err != nil {
+	if err := run(*count, *workerList, *work, *out, *skipBench, *deadlines); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(count int, workerList string, work int, out string, skipBench bool) error {
+func run(count int, workerList string, work int, out string, skipBench bool, deadlineList string) error {
 	var workers []int
 	for _, s := range strings.Split(workerList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -95,8 +96,40 @@ func run(count int, workerList string, work int, out string, skipBench bool) err
 	if err := os.WriteFile(filepath.Join(out, "contention.svg"), []byte(plot(results, workers)), 0o644); err != nil {
 		return err
 	}
-	md := report(benches, results, workers, count, time.Since(started))
+	deadlines, err := deadlineSweep(ctx, cluster, deadlineList)
+	if err != nil {
+		return err
+	}
+	md := report(benches, results, workers, count, time.Since(started)) + contention.DeadlinesMarkdown(deadlines)
 	return os.WriteFile(filepath.Join(out, "benchmarks.md"), []byte(md), 0o644)
+}
+
+// deadlineSweep runs contention.SweepDeadlines at 32 workers on every
+// form, 20 calls per worker, each run on a database of its own.
+func deadlineSweep(ctx context.Context, cluster *pgtest.Cluster, list string) ([]contention.DeadlineResult, error) {
+	var ds []time.Duration
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("bad deadline %q", s)
+		}
+		ds = append(ds, d)
+	}
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	fmt.Fprintln(os.Stderr, "deadline sweep…")
+	newDB := func(ctx context.Context) (string, func(), error) {
+		name, err := cluster.CreateDatabase(ctx)
+		if err != nil {
+			return "", nil, err
+		}
+		return pgtest.WithDatabase(cluster.AdminDSN(), name), func() { cluster.DropDatabase(ctx, name) }, nil
+	}
+	return contention.SweepDeadlines(ctx, contention.DeadlineConfig{Workers: 32, Pool: 32, Calls: 20}, ds, contention.DeadlineForms, newDB)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

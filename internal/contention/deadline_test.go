@@ -1,0 +1,131 @@
+package contention
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlock/sqlock/internal/pgtest"
+)
+
+// sqlockDeadlineFixLanded switches on sqlock's targets in
+// TestDeadlinesUnderPressure (assertSQLockSurvivesDeadlines): set it to true
+// when advisory and txlock end a lock wait on the server before the
+// caller's deadline (issue 13).
+const sqlockDeadlineFixLanded = false
+
+// The scenario of issue 13: a warm pool of 32, 32 callers on one key, a
+// 5 ms critical section, 100 ms deadlines.
+var pressure = DeadlineConfig{Workers: 32, Pool: 32, Hold: 5 * time.Millisecond, Deadline: 100 * time.Millisecond, Calls: 10}
+
+// runForms runs cfg once per form, each on a database of its own (so that
+// pg_stat_database counts the run's sessions alone).
+func runForms(t *testing.T, cfg DeadlineConfig, forms []Form) map[Form]DeadlineResult {
+	t.Helper()
+	cluster := pgtest.Shared(t)
+	newDB := func(ctx context.Context) (string, func(), error) {
+		name, err := cluster.CreateDatabase(ctx)
+		if err != nil {
+			return "", nil, err
+		}
+		drop := func() {
+			if err := cluster.DropDatabase(ctx, name); err != nil {
+				t.Log(err)
+			}
+		}
+		return pgtest.WithDatabase(cluster.AdminDSN(), name), drop, nil
+	}
+	start := time.Now()
+	rs, err := SweepDeadlines(context.Background(), cfg, []time.Duration{cfg.Deadline}, forms, newDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[Form]DeadlineResult{}
+	var measured time.Duration
+	for _, r := range rs {
+		out[r.Config.Form] = r
+		measured += r.Elapsed
+	}
+	t.Logf("%d forms in %v, %v of it measured", len(forms), time.Since(start).Round(time.Millisecond), measured.Round(time.Millisecond))
+	return out
+}
+
+// Under request deadlines on a hot key, every form keeps the counter exact
+// and every call's outcome is accounted for; the careful hand-written form
+// (lock_timeout from the deadline) keeps its connections. sqlock's own
+// targets are in assertSQLockSurvivesDeadlines.
+func TestDeadlinesUnderPressure(t *testing.T) {
+	rs := runForms(t, pressure, DeadlineForms)
+	t.Logf("%d workers, pool %d, hold %v, deadline %v, %d calls per worker:\n%s",
+		pressure.Workers, pressure.Pool, pressure.Hold, pressure.Deadline, pressure.Calls, FormatDeadlines(resultsOf(rs, DeadlineForms)))
+	for _, f := range DeadlineForms {
+		r := rs[f]
+		if r.Others > 0 {
+			t.Logf("%s: other errors, e.g. %q", f, r.OtherSamples)
+		}
+		assertAccounted(t, r)
+	}
+	hand := rs[FormHandLockTimeout]
+	if limit := hand.Calls / 100; hand.Dials > limit {
+		t.Errorf("%s dialled %d times (%d connection attempts, %d cancel requests) for %d calls; want ≤ %d (1%%)",
+			FormHandLockTimeout, hand.Dials, hand.Attempts, hand.Cancels, hand.Calls, limit)
+	}
+	if sqlockDeadlineFixLanded {
+		assertSQLockSurvivesDeadlines(t, rs)
+	}
+}
+
+func resultsOf(rs map[Form]DeadlineResult, forms []Form) []DeadlineResult {
+	out := make([]DeadlineResult, len(forms))
+	for i, f := range forms {
+		out[i] = rs[f]
+	}
+	return out
+}
+
+// assertAccounted checks what holds at any speed: every call has one
+// outcome, the counter grew by the successes (plus at most the calls whose
+// COMMIT's outcome is unknown), and the server saw as many sessions as the
+// run opened connections.
+func assertAccounted(t *testing.T, r DeadlineResult) {
+	t.Helper()
+	f := r.Config.Form
+	if want := r.Config.Workers * r.Config.Calls; r.Calls != want {
+		t.Errorf("%s: %d calls, want %d", f, r.Calls, want)
+	}
+	if sum := r.Successes + r.Timeouted() + r.Others; sum != r.Calls {
+		t.Errorf("%s: %d outcomes for %d calls", f, sum, r.Calls)
+	}
+	if r.Increments < int64(r.Successes) || r.Increments > int64(r.Successes+r.Unknown) {
+		t.Errorf("%s: counter grew by %d for %d successes (%d unknown): lost or phantom updates", f, r.Increments, r.Successes, r.Unknown)
+	}
+	if r.NewConns > r.Attempts || r.Attempts > r.Dials || r.TotalConns < r.NewConns+r.Config.Pool || r.TotalAttempts < r.TotalConns {
+		t.Errorf("%s: %d new connections, %d attempts, %d dials; %d connections and %d attempts in all for a pool of %d",
+			f, r.NewConns, r.Attempts, r.Dials, r.TotalConns, r.TotalAttempts, r.Config.Pool)
+	}
+	if r.SessionsExact && (r.Sessions < r.TotalConns || r.Sessions > r.TotalAttempts) {
+		t.Errorf("%s: pg_stat_database counted %d sessions; the run made %d connections in %d attempts",
+			f, r.Sessions, r.TotalConns, r.TotalAttempts)
+	}
+}
+
+// assertSQLockSurvivesDeadlines is issue 13's target for sqlock's forms:
+// each opens at most 1% of its calls in new connections and succeeds at
+// least as often as the careful hand-written form in the same run.
+func assertSQLockSurvivesDeadlines(t *testing.T, rs map[Form]DeadlineResult) {
+	t.Helper()
+	hand := rs[FormHandLockTimeout]
+	for _, f := range DeadlineForms {
+		if !f.SQLock() {
+			continue
+		}
+		r := rs[f]
+		if limit := r.Calls / 100; r.Dials > limit {
+			t.Errorf("%s dialled %d times (%d connection attempts, %d cancel requests) for %d calls; want ≤ %d (1%%)",
+				f, r.Dials, r.Attempts, r.Cancels, r.Calls, limit)
+		}
+		if r.Successes < hand.Successes {
+			t.Errorf("%s: %d successes; the careful hand-written form had %d", f, r.Successes, hand.Successes)
+		}
+	}
+}
