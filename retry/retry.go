@@ -15,6 +15,13 @@ import (
 // waiting to retry.
 var ErrExhausted = errors.New("retry: gave up")
 
+// ErrInvalidOption is matched (errors.Is) by the error Do and every other
+// entry point return, before running anything, when an option is invalid:
+// a limit that is zero or negative, a negative wait. As in every sqlock
+// package, a duration that bounds something must be positive; leave an
+// option out for its default.
+var ErrInvalidOption = errors.New("retry: invalid option")
+
 // Reason says why retrying stopped.
 type Reason uint8
 
@@ -97,17 +104,20 @@ type exponential struct{ base, max time.Duration }
 // Exponential is exponential backoff with full jitter: after attempt n the
 // wait is uniform in [0, min(limit, base·2^(n-1))]. Full jitter spreads
 // competing retriers apart, which is what an optimistic hot row needs.
-// Non-positive values are replaced by the defaults (1ms, 100ms); max below
-// base is raised to base.
+// A limit below base is raised to base. Both must be positive: WithBackoff
+// of an Exponential with a zero or negative one is an ErrInvalidOption.
 func Exponential(base, limit time.Duration) Backoff {
-	if base <= 0 {
-		base = defaultBase
-	}
-	if limit <= 0 {
-		limit = defaultMax
+	if base <= 0 || limit <= 0 {
+		return invalidBackoff{fmt.Errorf("%w: Exponential(%v, %v): base and limit must be positive", ErrInvalidOption, base, limit)}
 	}
 	return exponential{base: base, max: max(base, limit)}
 }
+
+// invalidBackoff is what a backoff constructor returns for bad input, so
+// that WithBackoff can refuse it with the reason.
+type invalidBackoff struct{ err error }
+
+func (b invalidBackoff) Delay(int, Rand) time.Duration { return 0 }
 
 func (e exponential) Delay(n int, r Rand) time.Duration {
 	ceiling := e.max
@@ -121,8 +131,14 @@ func (e exponential) Delay(n int, r Rand) time.Duration {
 
 type constant time.Duration
 
-// Constant waits d between attempts, without jitter.
-func Constant(d time.Duration) Backoff { return constant(max(d, 0)) }
+// Constant waits d between attempts, without jitter; zero retries at once.
+// A negative d makes WithBackoff an ErrInvalidOption.
+func Constant(d time.Duration) Backoff {
+	if d < 0 {
+		return invalidBackoff{fmt.Errorf("%w: Constant(%v): a wait cannot be negative", ErrInvalidOption, d)}
+	}
+	return constant(d)
+}
 
 func (c constant) Delay(int, Rand) time.Duration { return time.Duration(c) }
 
@@ -132,70 +148,90 @@ const (
 	defaultMax      = 100 * time.Millisecond
 )
 
-// Option configures a retry Policy.
-type Option func(*Policy)
+// Option configures a retry Policy. An invalid one (see ErrInvalidOption)
+// makes every entry point fail before running anything.
+type Option struct {
+	apply func(*Policy)
+	err   error // why the option is invalid; checked without applying it
+}
+
+func option(apply func(*Policy)) Option { return Option{apply: apply} }
+
+func invalid(format string, args ...any) Option {
+	return Option{err: fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)}
+}
 
 // WithMaxAttempts limits the number of attempts, the first included
-// (default 10). n < 1 is treated as 1: run once, never retry.
+// (default 10). WithMaxAttempts(1) runs once and never retries; n < 1 is an
+// ErrInvalidOption.
 func WithMaxAttempts(n int) Option {
-	return func(p *Policy) { p.attempts = max(n, 1) }
+	if n < 1 {
+		return invalid("WithMaxAttempts(%d): at least one attempt", n)
+	}
+	return option(func(p *Policy) { p.attempts = n })
 }
 
 // WithMaxElapsed stops retrying when the next wait would end more than d
-// after the first attempt started. Zero means no time limit (the default);
-// the context's deadline applies in any case.
+// after Do started. Without it there is no time limit; the context's
+// deadline applies in any case. A zero or negative d is an ErrInvalidOption.
 func WithMaxElapsed(d time.Duration) Option {
-	return func(p *Policy) { p.elapsed = max(d, 0) }
+	if d <= 0 {
+		return invalid("WithMaxElapsed(%v): a time limit must be positive", d)
+	}
+	return option(func(p *Policy) { p.elapsed = d })
 }
 
 // WithBackoff sets the backoff policy (default Exponential(1ms, 100ms)). A
 // nil Backoff restores the default.
 func WithBackoff(b Backoff) Option {
-	return func(p *Policy) {
+	if ib, ok := b.(invalidBackoff); ok {
+		return Option{err: ib.err}
+	}
+	return option(func(p *Policy) {
 		if b == nil {
-			b = Exponential(defaultBase, defaultMax)
+			b = exponential{base: defaultBase, max: defaultMax}
 		}
 		p.backoff = b
-	}
+	})
 }
 
 // WithRand sets the jitter source, for deterministic tests. A nil Rand
 // restores the default.
 func WithRand(r Rand) Option {
-	return func(p *Policy) {
+	return option(func(p *Policy) {
 		if r == nil {
 			r = globalRand{}
 		}
 		p.rand = r
-	}
+	})
 }
 
 // WithObserver reports each retry (observe.Retry with the attempt, the
 // cause and the wait) to o.
 func WithObserver(o observe.Observer) Option {
-	return func(p *Policy) { p.observer = observe.OrNop(o) }
+	return option(func(p *Policy) { p.observer = observe.OrNop(o) })
 }
 
 // WithClassifier replaces the whole classification, Default included. The
 // context rule stays: a cancelled or expired context is never retried.
 func WithClassifier(c Classifier) Option {
-	return func(p *Policy) {
+	return option(func(p *Policy) {
 		if c == nil {
 			c = Default
 		}
 		p.classify = c
-	}
+	})
 }
 
 // RetryIf adds a predicate: an error the classifier would not retry is
 // retried when pred returns true, with pred's cause. Permanent errors and
 // ended contexts are never retried, whatever pred says.
 func RetryIf(pred Classifier) Option {
-	return func(p *Policy) {
+	return option(func(p *Policy) {
 		if pred != nil {
 			p.extra = append(p.extra, pred)
 		}
-	}
+	})
 }
 
 // RetryLockTimeout also retries SQLSTATE 55P03 (lock_timeout ran out).
@@ -216,6 +252,7 @@ type Policy struct {
 	classify Classifier
 	extra    []Classifier
 	sleep    func(context.Context, time.Duration) error // tests replace it
+	err      error                                      // the first invalid option's
 }
 
 // New builds a Policy from options.
@@ -235,15 +272,34 @@ func (p *Policy) init(opts []Option) {
 		sleep:    sleep,
 	}
 	for _, o := range opts {
-		if o != nil {
-			o(p)
+		if o.err != nil {
+			p.err = o.err
+			return
+		}
+		if o.apply != nil {
+			o.apply(p)
 		}
 	}
+}
+
+// optionsErr is the first invalid option's error. It reads the options
+// without applying them, so a first attempt that succeeds still costs
+// nothing more.
+func optionsErr(opts []Option) error {
+	for _, o := range opts {
+		if o.err != nil {
+			return o.err
+		}
+	}
+	return nil
 }
 
 // Do runs fn until it succeeds, fails with an error that is not retryable,
 // or the limits run out. See the package documentation for what is retried.
 func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) error {
+	if err := optionsErr(opts); err != nil {
+		return err
+	}
 	start := clockIf(len(opts) > 0) // only an option can set a time limit
 	err := fn(ctx)
 	if err == nil {
@@ -257,6 +313,10 @@ func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) err
 // DoValue is Do for functions that return a value with their error. On
 // failure it returns the zero T.
 func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), opts ...Option) (T, error) {
+	if err := optionsErr(opts); err != nil {
+		var zero T
+		return zero, err
+	}
 	start := clockIf(len(opts) > 0)
 	v, err := fn(ctx)
 	if err == nil {
@@ -269,6 +329,9 @@ func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), op
 
 // Do runs fn under this policy, like the package-level Do.
 func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
+	if p.err != nil {
+		return p.err
+	}
 	start := clockIf(p.elapsed > 0)
 	err := fn(ctx)
 	if err == nil {
@@ -285,6 +348,10 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
 	p := New(opts...)
 	return func(ctx context.Context, in In) (Out, error) {
+		if p.err != nil {
+			var zero Out
+			return zero, p.err
+		}
 		start := clockIf(p.elapsed > 0)
 		out, err := f(ctx, in)
 		if err == nil {
@@ -298,6 +365,9 @@ func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option)
 func WrapErr[In any](f func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
 	p := New(opts...)
 	return func(ctx context.Context, in In) error {
+		if p.err != nil {
+			return p.err
+		}
 		start := clockIf(p.elapsed > 0)
 		err := f(ctx, in)
 		if err == nil {

@@ -1,0 +1,51 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestInvalidOptionsRunNothing: a zero or negative limit, or a negative
+// wait, is refused with ErrInvalidOption by every entry point before fn
+// runs — the same meaning a timeout has in every sqlock package.
+func TestInvalidOptionsRunNothing(t *testing.T) {
+	bad := map[string]Option{
+		"WithMaxAttempts(0)":    WithMaxAttempts(0),
+		"WithMaxAttempts(-1)":   WithMaxAttempts(-1),
+		"WithMaxElapsed(0)":     WithMaxElapsed(0),
+		"WithMaxElapsed(-1s)":   WithMaxElapsed(-time.Second),
+		"Exponential(0, 1s)":    WithBackoff(Exponential(0, time.Second)),
+		"Exponential(1ms, -1s)": WithBackoff(Exponential(time.Millisecond, -time.Second)),
+		"Constant(-1ms)":        WithBackoff(Constant(-time.Millisecond)),
+	}
+	ctx := context.Background()
+	for name, opt := range bad {
+		t.Run(name, func(t *testing.T) {
+			calls := 0
+			fn := func(context.Context) error { calls++; return nil }
+			fnv := func(context.Context) (int, error) { calls++; return 1, nil }
+			fnIn := func(_ context.Context, x int) (int, error) { calls++; return x, nil }
+			errs := map[string]error{
+				"Do":     Do(ctx, fn, WithObserver(nil), opt),
+				"Policy": New(opt).Do(ctx, fn),
+			}
+			_, errs["DoValue"] = DoValue(ctx, fnv, opt)
+			_, errs["Wrap"] = Wrap(fnIn, opt)(ctx, 1)
+			errs["WrapErr"] = WrapErr(func(_ context.Context, _ int) error { calls++; return nil }, opt)(ctx, 1)
+			for entry, err := range errs {
+				if !errors.Is(err, ErrInvalidOption) {
+					t.Errorf("%s: got %v, want ErrInvalidOption", entry, err)
+				}
+			}
+			if calls != 0 {
+				t.Errorf("fn ran %d times despite an invalid option", calls)
+			}
+		})
+	}
+	// Valid edge values: one attempt, an immediate retry.
+	if err := Do(ctx, func(context.Context) error { return nil }, WithMaxAttempts(1), WithBackoff(Constant(0))); err != nil {
+		t.Fatal(err)
+	}
+}
