@@ -79,8 +79,15 @@ type gormTx struct{ tx *gorm.DB }
 
 // Exec runs txlock's argument-less lock statements on the transaction's
 // connection directly (database/sql sends them by the simple protocol).
+// Under GORM's PrepareStmt the transaction's ConnPool would prepare them,
+// and PostgreSQL cannot prepare several commands: they go to the
+// transaction underneath.
 func (t gormTx) Exec(ctx context.Context, q string) error {
-	_, err := t.tx.Statement.ConnPool.ExecContext(ctx, q)
+	pool := t.tx.Statement.ConnPool
+	if p, ok := pool.(*gorm.PreparedStmtTX); ok && p.Tx != nil {
+		pool = p.Tx
+	}
+	_, err := pool.ExecContext(ctx, q)
 	return err
 }
 
