@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -119,8 +120,10 @@ func WithNullPolicy(p NullPolicy) Option { return func(c *config) { c.null = p }
 // It is safe for concurrent use; its only state is a cache of what it found
 // in each GORM schema.
 type Plugin struct {
-	cfg    config
-	models sync.Map // *schema.Schema → *model
+	cfg      config
+	models   sync.Map     // *schema.Schema → *model
+	undo     sync.Map     // gorm.ConnPool of a running Transaction → *undoLog
+	tracking atomic.Int64 // how many Transactions are running (0: skip the undo lookup)
 }
 
 // New returns the plugin, configured by opts.
@@ -147,13 +150,34 @@ const (
 	CallbackAfterDelete  = "sqlock:version_after_delete"
 )
 
+// The callbacks that run after GORM's commit or rollback, to put a struct
+// back when its write did not hold.
+const (
+	callbackAfterCreate  = "sqlock:version_after_create"
+	callbackFinishCreate = "sqlock:version_finish_create"
+	callbackFinishUpdate = "sqlock:version_finish_update"
+	callbackFinishDelete = "sqlock:version_finish_delete"
+)
+
 // Initialize implements gorm.Plugin: it registers the callbacks. The checks
 // run before GORM's after-hooks and before its commit, so a stale write
 // rolls back GORM's implicit transaction (and suppresses Save's fallback
-// upsert).
+// upsert); the last ones run after the commit or rollback.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	cb := db.Callback()
 	if err := cb.Create().Before("gorm:create").Register(CallbackCreate, p.beforeCreate); err != nil {
+		return err
+	}
+	if err := cb.Create().After("gorm:create").Before("gorm:save_after_associations").Register(callbackAfterCreate, p.afterCreate); err != nil {
+		return err
+	}
+	if err := cb.Create().After("gorm:commit_or_rollback_transaction").Register(callbackFinishCreate, p.finishCreate); err != nil {
+		return err
+	}
+	if err := cb.Update().After("gorm:commit_or_rollback_transaction").Register(callbackFinishUpdate, p.finish); err != nil {
+		return err
+	}
+	if err := cb.Delete().After("gorm:commit_or_rollback_transaction").Register(callbackFinishDelete, p.finish); err != nil {
 		return err
 	}
 	if err := cb.Update().Before("gorm:update").Register(CallbackBeforeUpdate, p.beforeUpdate); err != nil {

@@ -62,20 +62,31 @@ func TransactionKeys(ctx context.Context, db *gorm.DB, keys []advisory.Key, fn f
 	if sqlDB, err := db.DB(); err == nil {
 		pool = sqlDB
 	}
+	p, _ := db.Config.Plugins[Name].(*Plugin)
 	return txlock.RunOn(ctx, pool, keys,
 		func(ctx context.Context, a *txlock.Attempt) (*gorm.DB, txlock.Tx, error) {
 			tx := db.WithContext(ctx).Begin(a.TxOptions())
 			if tx.Error != nil {
 				return nil, nil, tx.Error
 			}
-			return tx, gormTx{tx}, nil
+			t := gormTx{tx: tx, p: p}
+			if p != nil {
+				t.log = p.track(tx.Statement.ConnPool)
+			}
+			return tx, t, nil
 		},
 		func(ctx context.Context, tx *gorm.DB) error { return fn(tx.WithContext(ctx)) },
 		opts...)
 }
 
-// gormTx lets txlock drive a GORM transaction.
-type gormTx struct{ tx *gorm.DB }
+// gormTx lets txlock drive a GORM transaction. With the plugin installed,
+// the structs fn's versioned writes changed are put back when the
+// transaction does not commit.
+type gormTx struct {
+	tx  *gorm.DB
+	p   *Plugin
+	log *undoLog
+}
 
 // Exec runs txlock's argument-less lock statements on the transaction's
 // connection directly (database/sql sends them by the simple protocol).
@@ -91,5 +102,22 @@ func (t gormTx) Exec(ctx context.Context, q string) error {
 	return err
 }
 
-func (t gormTx) Commit(context.Context) error   { return t.tx.Commit().Error }
-func (t gormTx) Rollback(context.Context) error { return t.tx.Rollback().Error }
+func (t gormTx) Commit(ctx context.Context) error {
+	pool := t.tx.Statement.ConnPool
+	err := t.tx.Commit().Error
+	t.done(ctx, pool, err != nil)
+	return err
+}
+
+func (t gormTx) Rollback(ctx context.Context) error {
+	pool := t.tx.Statement.ConnPool
+	err := t.tx.Rollback().Error
+	t.done(ctx, pool, true)
+	return err
+}
+
+func (t gormTx) done(ctx context.Context, pool gorm.ConnPool, rolledBack bool) {
+	if t.log != nil {
+		t.p.untrack(ctx, pool, t.log, rolledBack)
+	}
+}
