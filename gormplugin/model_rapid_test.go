@@ -1,0 +1,1172 @@
+package gormplugin_test
+
+// A model-based randomized test of the plugin (issue 12, "Proof that keeps
+// them true"): rapid draws sequences of GORM writes made from 2–4 in-memory
+// copies of the same rows, as replicas with stale reads hold them, and after
+// every step compares the database and the structs with what the plugin
+// promises:
+//
+//   - a row's version never decreases;
+//   - a write from a stale copy changes nothing and fails with a typed error;
+//   - every accepted write bumps the row's version by exactly one;
+//   - after every success the written struct's version is its row's, after
+//     every failure it is what it was (and so is a soft delete's deleted_at),
+//     and no struct is ever ahead of its row;
+//   - no call panics, every failure is a typed error, and a write from a
+//     fresh copy fails only for a reason it was given (a hook, a refusal the
+//     form allows, a row hidden by soft delete).
+//
+// SQLOCK_MODEL_OPS sets how many writes a run makes in all (default 10,000;
+// make fuzz asks for more). A failure prints rapid's minimal sequence and a
+// seed: go test -run TestRandomWritesKeepVersionPromises -rapid.seed=N.
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/logger"
+	"pgregory.net/rapid"
+
+	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// modelGated lists the operation kinds the model does not draw yet because
+// the plugin still breaks a promise on them (the issue 12 item it belongs
+// to). Fixes shrink it; it must end empty.
+var modelGated = map[string]string{
+	"Upsert/DoUpdates": "item 5",
+	"Upsert/Skip":      "item 5",
+	"Delete/ModelDest": "item 3",
+	"PartFails":        "item 4",
+	"Hook/AfterUpdate": "item 4",
+	"Hook/AfterSave":   "item 4",
+	"Hook/AfterDelete": "item 4",
+}
+
+// gated reports whether a kind of operation or failure is in modelGated.
+func gated(name string) bool { _, ok := modelGated[name]; return ok }
+
+// MItem is the model's row: versioned, soft-deletable, with a has-many and a
+// belongs-to association and hooks that fail when told to.
+type MItem struct {
+	ID        uint
+	Name      string
+	Amount    int64
+	Version   int64 `lock:"version"` // the README's model: a nullable column without a default
+	DeletedAt gorm.DeletedAt
+	OwnerID   *uint
+	Owner     *MOwner
+	Parts     []MPart `gorm:"foreignKey:ItemID"`
+
+	fail string // the hook that fails on this struct's next write
+}
+
+type MPart struct {
+	ID      uint
+	ItemID  *uint
+	Title   string
+	Version int64 `lock:"version"`
+
+	fail bool // BeforeCreate fails
+}
+
+type MOwner struct {
+	ID      uint
+	Name    string
+	Version int64 `lock:"version"`
+}
+
+var (
+	errHook     = errors.New("model: hook failed")
+	errRollback = errors.New("model: transaction rolled back")
+)
+
+func (it *MItem) hook(name string) error {
+	if it.fail == name {
+		return fmt.Errorf("%w: %s", errHook, name)
+	}
+	return nil
+}
+
+func (it *MItem) BeforeSave(*gorm.DB) error   { return it.hook("BeforeSave") }
+func (it *MItem) BeforeCreate(*gorm.DB) error { return it.hook("BeforeCreate") }
+func (it *MItem) AfterCreate(*gorm.DB) error  { return it.hook("AfterCreate") }
+func (it *MItem) BeforeUpdate(*gorm.DB) error { return it.hook("BeforeUpdate") }
+func (it *MItem) AfterUpdate(*gorm.DB) error  { return it.hook("AfterUpdate") }
+func (it *MItem) AfterSave(*gorm.DB) error    { return it.hook("AfterSave") }
+func (it *MItem) BeforeDelete(*gorm.DB) error { return it.hook("BeforeDelete") }
+func (it *MItem) AfterDelete(*gorm.DB) error  { return it.hook("AfterDelete") }
+
+func (p *MPart) BeforeCreate(*gorm.DB) error {
+	if p.fail {
+		return fmt.Errorf("%w: part BeforeCreate", errHook)
+	}
+	return nil
+}
+
+var hookNames = []string{"", "", "", "", "", "BeforeSave", "BeforeCreate", "AfterCreate",
+	"BeforeUpdate", "AfterUpdate", "AfterSave", "BeforeDelete", "AfterDelete"}
+
+// typedErr reports whether err is one the plugin, GORM or the test itself
+// names: every failure of a step must be one of these.
+func typedErr(err error) bool {
+	for _, target := range []error{
+		versioned.ErrStale, versioned.ErrNoKey, versioned.ErrKeyNotUnique, versioned.ErrOverflow,
+		versioned.ErrInvalidModel, gormplugin.ErrUnsupported, gormplugin.ErrNullVersion,
+		gorm.ErrMissingWhereClause, gorm.ErrRecordNotFound, errHook, errRollback,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- snapshots of the database ----
+
+type itemRow struct {
+	Name    sql.NullString
+	Amount  sql.NullInt64
+	Ver     sql.NullInt64
+	Deleted string // "" when not soft-deleted
+	Owner   sql.NullInt64
+}
+
+type partRow struct {
+	Item  sql.NullInt64
+	Title sql.NullString
+	Ver   sql.NullInt64
+}
+
+type ownerRow struct {
+	Name sql.NullString
+	Ver  sql.NullInt64
+}
+
+type snap struct {
+	items  map[uint]itemRow
+	parts  map[uint]partRow
+	owners map[uint]ownerRow
+}
+
+func ver(v sql.NullInt64) int64 { return v.Int64 } // NULL counts as 0 (NullAsZero)
+
+func nullStr(v sql.NullInt64) string {
+	if !v.Valid {
+		return "NULL"
+	}
+	return strconv.FormatInt(v.Int64, 10)
+}
+
+// snap reads the rows this check made (ids above m.since), in one query.
+func (m *machine) snap(t *rapid.T, db *gorm.DB) snap {
+	t.Helper()
+	s := snap{items: map[uint]itemRow{}, parts: map[uint]partRow{}, owners: map[uint]ownerRow{}}
+	rows, err := db.Session(&gorm.Session{NewDB: true}).Raw(`
+		SELECT 'i', id, name, amount, version, deleted_at, owner_id FROM m_items WHERE id > ?
+		UNION ALL SELECT 'p', id, title, NULL, version, NULL, item_id FROM m_parts WHERE id > ?
+		UNION ALL SELECT 'o', id, name, NULL, version, NULL, NULL FROM m_owners WHERE id > ?`,
+		m.since[0], m.since[1], m.since[2]).Rows()
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table string
+		var id uint
+		var name sql.NullString
+		var amount, version, ref sql.NullInt64
+		var del any
+		if err := rows.Scan(&table, &id, &name, &amount, &version, &del, &ref); err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		switch table {
+		case "i":
+			r := itemRow{Name: name, Amount: amount, Ver: version, Owner: ref}
+			if del != nil {
+				r.Deleted = fmt.Sprint(del)
+			}
+			s.items[id] = r
+		case "p":
+			s.parts[id] = partRow{Item: ref, Title: name, Ver: version}
+		case "o":
+			s.owners[id] = ownerRow{Name: name, Ver: version}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return s
+}
+
+// diff describes how b differs from a ("" when equal), ignoring the tables
+// and rows skip names.
+func diff(a, b snap, skipItem uint, skipChildren bool) string {
+	var out []string
+	cmp := func(table string, a, b any) {
+		av, bv := reflect.ValueOf(a), reflect.ValueOf(b)
+		keys := map[uint]bool{}
+		for _, k := range av.MapKeys() {
+			keys[uint(k.Uint())] = true
+		}
+		for _, k := range bv.MapKeys() {
+			keys[uint(k.Uint())] = true
+		}
+		for k := range keys {
+			if table == "m_items" && k == skipItem && k != 0 {
+				continue
+			}
+			x := av.MapIndex(reflect.ValueOf(k))
+			y := bv.MapIndex(reflect.ValueOf(k))
+			switch {
+			case !x.IsValid():
+				out = append(out, fmt.Sprintf("%s %d appeared %+v", table, k, y.Interface()))
+			case !y.IsValid():
+				out = append(out, fmt.Sprintf("%s %d vanished (was %+v)", table, k, x.Interface()))
+			case x.Interface() != y.Interface():
+				out = append(out, fmt.Sprintf("%s %d %+v -> %+v", table, k, x.Interface(), y.Interface()))
+			}
+		}
+	}
+	cmp("m_items", a.items, b.items)
+	if !skipChildren {
+		cmp("m_parts", a.parts, b.parts)
+		cmp("m_owners", a.owners, b.owners)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+// monotonic fails when a row present in both snapshots has a lower version
+// in b.
+func monotonic(t *rapid.T, what string, a, b snap) {
+	t.Helper()
+	for id, x := range a.items {
+		if y, ok := b.items[id]; ok && ver(y.Ver) < ver(x.Ver) {
+			t.Fatalf("%s: m_items %d version went back from %s to %s", what, id, nullStr(x.Ver), nullStr(y.Ver))
+		}
+	}
+	for id, x := range a.parts {
+		if y, ok := b.parts[id]; ok && ver(y.Ver) < ver(x.Ver) {
+			t.Fatalf("%s: m_parts %d version went back from %s to %s", what, id, nullStr(x.Ver), nullStr(y.Ver))
+		}
+	}
+	for id, x := range a.owners {
+		if y, ok := b.owners[id]; ok && ver(y.Ver) < ver(x.Ver) {
+			t.Fatalf("%s: m_owners %d version went back from %s to %s", what, id, nullStr(x.Ver), nullStr(y.Ver))
+		}
+	}
+}
+
+// ---- steps ----
+
+// effect says what an accepted step may do to the database.
+type effect int
+
+const (
+	effWrite    effect = iota // a checked write of row from c: bumps it by bumps
+	effDelete                 // a checked hard delete of row from c
+	effCreate                 // c is a new row
+	effBatch                  // a blind write of row by a condition: bumps it if it matched
+	effBatchDel               // a blind hard delete of row by a condition
+	effAssoc                  // an association write through c: row unchanged, or bumped by one from a fresh c
+	effSkip                   // a SkipVersionCheck write of row: bumped by one, c re-read afterwards
+)
+
+type step struct {
+	desc     string
+	eff      effect
+	c        *MItem // the struct written from (nil for batch writes)
+	row      uint
+	bumps    int64
+	unscoped bool // the write sees soft-deleted rows
+	refuse   bool // ErrUnsupported is an acceptable answer to a fresh copy
+	softDel  bool // an accepted write soft-deletes the row
+	children bool // the write may change m_parts and m_owners
+	run      func(db *gorm.DB) error
+	// post checks an accepted step beyond the row's version.
+	post func(t *rapid.T, before, after snap)
+}
+
+// machine is one rapid check's state: the database and each replica's
+// copies of the rows.
+type machine struct {
+	db       *gorm.DB
+	replicas []map[uint]*MItem
+	ids      []uint  // every item ever created (some may be gone)
+	since    [3]uint // the highest item, part and owner ids before this check
+	last     snap    // the database after the last action
+	ops      *atomic.Int64
+	kinds    map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step
+	names    []string
+}
+
+func clone(c *MItem) *MItem {
+	n := *c
+	n.Parts, n.Owner, n.fail = nil, nil, ""
+	if c.OwnerID != nil {
+		id := *c.OwnerID
+		n.OwnerID = &id
+	}
+	return &n
+}
+
+// pick draws a replica's copy of a row; nil when the replica has none.
+func (m *machine) pick(t *rapid.T) (*MItem, int) {
+	if len(m.ids) == 0 {
+		return nil, 0
+	}
+	r := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "replica")
+	id := rapid.SampledFrom(m.ids).Draw(t, "item")
+	c := m.replicas[r][id]
+	return c, r
+}
+
+func (m *machine) pickID(t *rapid.T) uint {
+	if len(m.ids) == 0 {
+		return 0
+	}
+	return rapid.SampledFrom(m.ids).Draw(t, "item")
+}
+
+func drawHook(t *rapid.T, c *MItem) string {
+	var hooks []string
+	for _, h := range hookNames {
+		if h == "" || !gated("Hook/"+h) {
+			hooks = append(hooks, h)
+		}
+	}
+	h := rapid.SampledFrom(hooks).Draw(t, "failing hook")
+	c.fail = h
+	return h
+}
+
+// partFails draws whether a new part's BeforeCreate fails.
+func partFails(t *rapid.T) bool {
+	return !gated("PartFails") && rapid.IntRange(0, 3).Draw(t, "part fails") == 0
+}
+
+func name(t *rapid.T) string { return rapid.SampledFrom([]string{"a", "b", "c", "d"}).Draw(t, "name") }
+
+func amount(t *rapid.T) int64 { return rapid.Int64Range(0, 9).Draw(t, "amount") }
+
+// copyStep is a checked single-row write from a replica's copy.
+func copyStep(desc string, unscoped bool, run func(t *rapid.T, db *gorm.DB, c *MItem) func(db *gorm.DB) error) func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		c, r := m.pick(t)
+		if c == nil {
+			return nil
+		}
+		h := drawHook(t, c)
+		f := run(t, db, c)
+		return &step{desc: fmt.Sprintf("%s r%d item %d v%d hook=%q", desc, r, c.ID, c.Version, h),
+			eff: effWrite, c: c, row: c.ID, bumps: 1, unscoped: unscoped, run: f}
+	}
+}
+
+func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	k := map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step{}
+
+	// Creates.
+	create := func(desc string, f func(db *gorm.DB, c *MItem) *gorm.DB, with func(t *rapid.T, c *MItem)) func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+			r := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "replica")
+			c := &MItem{Name: name(t), Amount: amount(t)}
+			if with != nil {
+				with(t, c)
+			}
+			h := drawHook(t, c)
+			return &step{desc: fmt.Sprintf("%s r%d hook=%q", desc, r, h), eff: effCreate, c: c, children: true,
+				run: func(db *gorm.DB) error {
+					if err := f(db, c).Error; err != nil {
+						return err
+					}
+					m.replicas[r][c.ID] = c
+					m.ids = append(m.ids, c.ID)
+					return nil
+				}}
+		}
+	}
+	k["Create"] = create("Create", func(db *gorm.DB, c *MItem) *gorm.DB { return db.Create(c) }, nil)
+	k["Create/version"] = create("Create/explicit-version", func(db *gorm.DB, c *MItem) *gorm.DB { return db.Create(c) },
+		func(t *rapid.T, c *MItem) { c.Version = rapid.Int64Range(1, 5).Draw(t, "version") })
+	k["Create/Select"] = create("Select(name,amount).Create", func(db *gorm.DB, c *MItem) *gorm.DB {
+		return db.Select("Name", "Amount").Create(c)
+	}, nil)
+	k["Create/Omit"] = create("Omit(Version).Create", func(db *gorm.DB, c *MItem) *gorm.DB {
+		return db.Omit("Version").Create(c)
+	}, nil)
+	k["Create/OmitAmount"] = create("Omit(Amount).Create", func(db *gorm.DB, c *MItem) *gorm.DB {
+		return db.Omit("Amount").Create(c)
+	}, nil)
+	k["Create/Parts"] = create("Create+parts", func(db *gorm.DB, c *MItem) *gorm.DB { return db.Create(c) },
+		func(t *rapid.T, c *MItem) {
+			c.Parts = []MPart{{Title: "p"}, {Title: "q", fail: partFails(t)}}
+		})
+	k["Create/Owner"] = create("Create+owner", func(db *gorm.DB, c *MItem) *gorm.DB { return db.Create(c) },
+		func(t *rapid.T, c *MItem) { c.Owner = &MOwner{Name: "o"} })
+
+	// Checked single-row writes from a copy.
+	k["Save"] = copyStep("Save", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := name(t), amount(t)
+		return func(db *gorm.DB) error { c.Name, c.Amount = n, a; return db.Save(c).Error }
+	})
+	k["Save/Unscoped"] = copyStep("Unscoped.Save", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := name(t)
+		return func(db *gorm.DB) error { c.Name = n; return db.Unscoped().Save(c).Error }
+	})
+	k["Update"] = copyStep("Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := name(t)
+		return func(db *gorm.DB) error { return db.Model(c).Update("name", n).Error }
+	})
+	k["Update/Expr"] = copyStep("Update(amount+1)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		return func(db *gorm.DB) error { return db.Model(c).Update("amount", gorm.Expr("amount + ?", 1)).Error }
+	})
+	k["Update/Where"] = copyStep("Where(id>0).Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := name(t)
+		return func(db *gorm.DB) error { return db.Model(c).Where("id > ?", 0).Update("name", n).Error }
+	})
+	k["Update/Unscoped"] = copyStep("Unscoped.Update", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := name(t)
+		return func(db *gorm.DB) error { return db.Unscoped().Model(c).Update("name", n).Error }
+	})
+	k["Update/Restore"] = copyStep("Unscoped.Update(deleted_at=NULL)", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		return func(db *gorm.DB) error { return db.Unscoped().Model(c).Update("deleted_at", nil).Error }
+	})
+	k["Update/version"] = copyStep("Update(version=99)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		return func(db *gorm.DB) error { return db.Model(c).Update("version", 99).Error }
+	})
+	k["Updates/map"] = copyStep("Updates(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := name(t), amount(t)
+		return func(db *gorm.DB) error {
+			return db.Model(c).Updates(map[string]any{"name": n, "amount": a, "version": 99}).Error
+		}
+	})
+	k["Updates/struct"] = copyStep("Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := name(t), amount(t)
+		return func(db *gorm.DB) error { return db.Model(c).Updates(MItem{Name: n, Amount: a, Version: 99}).Error }
+	})
+	k["Updates/self"] = copyStep("Updates(self)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := name(t)
+		return func(db *gorm.DB) error { c.Name = n; return db.Updates(c).Error }
+	})
+	k["Updates/Select"] = copyStep("Select(name).Updates(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := name(t), amount(t)
+		return func(db *gorm.DB) error {
+			return db.Model(c).Select("name").Updates(map[string]any{"name": n, "amount": a}).Error
+		}
+	})
+	k["Updates/SelectVersion"] = copyStep("Select(name,version).Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := name(t)
+		return func(db *gorm.DB) error {
+			return db.Model(c).Select("name", "version").Updates(MItem{Name: n, Version: 99}).Error
+		}
+	})
+	k["Updates/Omit"] = copyStep("Omit(amount,version).Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := name(t), amount(t)
+		return func(db *gorm.DB) error {
+			return db.Model(c).Omit("amount", "version").Updates(MItem{Name: n, Amount: a}).Error
+		}
+	})
+	k["UpdateColumn"] = copyStep("UpdateColumn", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		a := amount(t)
+		return func(db *gorm.DB) error { return db.Model(c).UpdateColumn("amount", a).Error }
+	})
+	k["UpdateColumns/map"] = copyStep("UpdateColumns(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := name(t), amount(t)
+		return func(db *gorm.DB) error {
+			return db.Model(c).UpdateColumns(map[string]any{"name": n, "amount": a}).Error
+		}
+	})
+	k["UpdateColumns/struct"] = copyStep("UpdateColumns(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := name(t)
+		return func(db *gorm.DB) error { return db.Model(c).UpdateColumns(MItem{Name: n}).Error }
+	})
+	k["Save/FailingPart"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		s := copyStep("Save+new part", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			fail := partFails(t)
+			return func(db *gorm.DB) error {
+				c.Parts = []MPart{{Title: "s", fail: fail}}
+				defer func() { c.Parts = nil }()
+				return db.Save(c).Error
+			}
+		})(m, t, db)
+		if s != nil {
+			s.children = true
+		}
+		return s
+	}
+
+	// Deletes from a copy.
+	k["Delete"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		s := copyStep("Delete (soft)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			return func(db *gorm.DB) error { return db.Delete(c).Error }
+		})(m, t, db)
+		if s != nil {
+			s.softDel = true
+		}
+		return s
+	}
+	k["Delete/Unscoped"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		s := copyStep("Unscoped.Delete (hard)", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			return func(db *gorm.DB) error { return db.Unscoped().Delete(c).Error }
+		})(m, t, db)
+		if s != nil {
+			s.eff = effDelete
+		}
+		return s
+	}
+	k["Delete/ModelDest"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		s := copyStep("Model(c).Delete(&MItem{})", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			return func(db *gorm.DB) error { return db.Model(c).Delete(&MItem{}).Error }
+		})(m, t, db)
+		if s != nil {
+			s.softDel = true
+		}
+		return s
+	}
+
+	// A reused chain: two writes through one *gorm.DB.
+	k["Chain"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		s := copyStep("tx:=Model(c); tx.Update; tx.Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			n, a := name(t), amount(t)
+			return func(db *gorm.DB) error {
+				tx := db.Model(c)
+				if err := tx.Update("name", n).Error; err != nil {
+					return err
+				}
+				return tx.Update("amount", a).Error
+			}
+		})(m, t, db)
+		if s != nil {
+			s.bumps = 2
+		}
+		return s
+	}
+
+	// Upserts from a copy.
+	k["Upsert/DoUpdates"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		s := copyStep("OnConflict(DoUpdates name,version).Create", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			n := name(t)
+			return func(db *gorm.DB) error {
+				c.Name = n
+				return db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}},
+					DoUpdates: clause.AssignmentColumns([]string{"name", "version"})}).Create(c).Error
+			}
+		})(m, t, db)
+		if s != nil {
+			s.refuse = true
+		}
+		return s
+	}
+	k["Upsert/Skip"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		c, r := m.pick(t)
+		if c == nil {
+			return nil
+		}
+		return &step{desc: fmt.Sprintf("SkipVersionCheck.OnConflict(UpdateAll).Create r%d item %d v%d", r, c.ID, c.Version),
+			eff: effSkip, c: c, row: c.ID, bumps: 1, unscoped: true, refuse: true,
+			run: func(db *gorm.DB) error {
+				return db.Scopes(gormplugin.SkipVersionCheck).Clauses(clause.OnConflict{UpdateAll: true}).Create(c).Error
+			}}
+	}
+	k["Update/Skip"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		c, r := m.pick(t)
+		if c == nil {
+			return nil
+		}
+		n := name(t)
+		return &step{desc: fmt.Sprintf("SkipVersionCheck.Update r%d item %d v%d", r, c.ID, c.Version),
+			eff: effSkip, c: c, row: c.ID, bumps: 1,
+			run: func(db *gorm.DB) error {
+				return db.Scopes(gormplugin.SkipVersionCheck).Model(c).Update("name", n).Error
+			}}
+	}
+
+	// Batch writes by a condition.
+	batch := func(desc string, eff effect, unscoped bool, f func(db *gorm.DB, id uint) error) func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+			id := m.pickID(t)
+			if id == 0 {
+				return nil
+			}
+			return &step{desc: fmt.Sprintf("%s item %d", desc, id), eff: eff, row: id, bumps: 1, unscoped: unscoped,
+				run: func(db *gorm.DB) error { return f(db, id) }}
+		}
+	}
+	k["Batch/Update"] = batch("Model(&MItem{}).Where(id).Update(amount+1)", effBatch, false, func(db *gorm.DB, id uint) error {
+		return db.Model(&MItem{}).Where("id = ?", id).Update("amount", gorm.Expr("amount + 1")).Error
+	})
+	k["Batch/UpdatesMap"] = batch("Model(&MItem{}).Where(id).Updates(map)", effBatch, false, func(db *gorm.DB, id uint) error {
+		return db.Model(&MItem{}).Where("id = ?", id).Updates(map[string]any{"name": "batch"}).Error
+	})
+	k["Batch/Delete"] = batch("Delete(&MItem{}, id) (soft)", effBatch, false, func(db *gorm.DB, id uint) error {
+		return db.Delete(&MItem{}, id).Error
+	})
+	k["Batch/DeleteUnscoped"] = batch("Unscoped.Delete(&MItem{}, id) (hard)", effBatchDel, true, func(db *gorm.DB, id uint) error {
+		return db.Unscoped().Delete(&MItem{}, id).Error
+	})
+	// A versioned struct as the values of a batch write: checked by its own
+	// version or refused.
+	k["Batch/UpdatesStruct"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		c, r := m.pick(t)
+		if c == nil {
+			return nil
+		}
+		n := name(t)
+		return &step{desc: fmt.Sprintf("Model(&MItem{}).Where(id).Updates(&copy) r%d item %d v%d", r, c.ID, c.Version),
+			eff: effWrite, c: c, row: c.ID, bumps: 1, refuse: true,
+			run: func(db *gorm.DB) error {
+				c.Name = n
+				return db.Model(&MItem{}).Where("id = ?", c.ID).Updates(c).Error
+			}}
+	}
+
+	// Associations through a copy.
+	assoc := func(desc string, refuse bool, f func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(t *rapid.T, before, after snap))) func(m *machine, t *rapid.T, db *gorm.DB) *step {
+		return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+			c, r := m.pick(t)
+			if c == nil {
+				return nil
+			}
+			h := drawHook(t, c)
+			run, post := f(t, db, c)
+			if run == nil {
+				c.fail = ""
+				return nil
+			}
+			return &step{desc: fmt.Sprintf("%s r%d item %d v%d hook=%q", desc, r, c.ID, c.Version, h),
+				eff: effAssoc, c: c, row: c.ID, children: true, refuse: refuse, run: run, post: post}
+		}
+	}
+	k["Assoc/AppendPart"] = assoc("Association(Parts).Append", false, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+		p := &MPart{Title: "n", fail: partFails(t)}
+		return func(db *gorm.DB) error {
+				defer func() { c.Parts = nil }()
+				return db.Model(c).Association("Parts").Append(p)
+			}, func(t *rapid.T, _, after snap) {
+				row, ok := after.parts[p.ID]
+				if !ok || ver(row.Ver) != p.Version || p.Version != 1 {
+					t.Fatalf("appended part %d: struct version %d, row %+v (present %v)", p.ID, p.Version, row, ok)
+				}
+			}
+	})
+	k["Assoc/DeletePart"] = assoc("Association(Parts).Delete", true, func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+		var p MPart
+		if err := db.Session(&gorm.Session{NewDB: true}).Where("item_id = ?", c.ID).Order("id").Limit(1).Find(&p).Error; err != nil {
+			t.Fatalf("load part: %v", err)
+		}
+		if p.ID == 0 {
+			return nil, nil
+		}
+		return func(db *gorm.DB) error {
+				defer func() { c.Parts = nil }()
+				return db.Model(c).Association("Parts").Delete(&p)
+			}, func(t *rapid.T, _, after snap) {
+				if row, ok := after.parts[p.ID]; ok && ver(row.Ver) != p.Version {
+					t.Fatalf("part %d taken off its item: struct version %d, row %s", p.ID, p.Version, nullStr(row.Ver))
+				}
+			}
+	})
+	k["Assoc/AppendOwner"] = assoc("Association(Owner).Append", false, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+		o := &MOwner{Name: name(t)}
+		return func(db *gorm.DB) error {
+				defer func() { c.Owner = nil }()
+				return db.Model(c).Association("Owner").Append(o)
+			}, func(t *rapid.T, _, after snap) {
+				if row, ok := after.owners[o.ID]; !ok || ver(row.Ver) != o.Version {
+					t.Fatalf("appended owner %d: struct version %d, row %+v", o.ID, o.Version, row)
+				}
+			}
+	})
+	k["Assoc/DeleteOwner"] = assoc("Association(Owner).Delete", true, func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+		if c.OwnerID == nil {
+			return nil, nil
+		}
+		var o MOwner
+		if err := db.Session(&gorm.Session{NewDB: true}).Where("id = ?", *c.OwnerID).Limit(1).Find(&o).Error; err != nil {
+			t.Fatalf("load owner: %v", err)
+		}
+		if o.ID == 0 {
+			return nil, nil
+		}
+		return func(db *gorm.DB) error {
+			defer func() { c.Owner = nil }()
+			return db.Model(c).Association("Owner").Delete(&o)
+		}, nil
+	})
+	return k
+}
+
+// exec runs s and checks the step against the model. It returns s's error.
+func (m *machine) exec(t *rapid.T, db *gorm.DB, s *step, inTx bool) error {
+	t.Helper()
+	before := m.snap(t, db)
+	var prevVer int64
+	var prevDel gorm.DeletedAt
+	if s.c != nil {
+		prevVer, prevDel = s.c.Version, s.c.DeletedAt
+	}
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("%s: panic: %v\n%s", s.desc, r, debug.Stack())
+			}
+		}()
+		return s.run(db)
+	}()
+	if s.c != nil {
+		s.c.fail = ""
+	}
+	m.ops.Add(1)
+	t.Logf("%s -> %v", s.desc, err)
+	if err != nil && !typedErr(err) {
+		t.Fatalf("%s: untyped error %T: %v", s.desc, err, err)
+	}
+	if err != nil && inTx {
+		// Inside a user transaction GORM has no transaction of its own to
+		// roll back (a hook's failure leaves the statement applied until
+		// the caller's ROLLBACK): the caller's transaction checks the
+		// outcome.
+		return err
+	}
+	after := m.snap(t, db)
+	if !inTx {
+		m.last = after
+	}
+	monotonic(t, s.desc, before, after)
+	m.checkStep(t, db, s, before, after, err, prevVer, prevDel)
+	return err
+}
+
+func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap, err error, prevVer int64, prevDel gorm.DeletedAt) {
+	t.Helper()
+	b, existed := before.items[s.row]
+	a, exists := after.items[s.row]
+	visible := existed && (s.unscoped || b.Deleted == "")
+	fresh := s.c != nil && existed && ver(b.Ver) == prevVer
+
+	if err != nil {
+		if d := diff(before, after, 0, false); d != "" {
+			t.Fatalf("%s failed (%v) but changed the database: %s", s.desc, err, d)
+		}
+		if s.c != nil && s.eff != effCreate {
+			if s.c.Version != prevVer {
+				t.Fatalf("%s failed (%v) but the struct's version moved from %d to %d (row at %s)", s.desc, err, prevVer, s.c.Version, nullStr(a.Ver))
+			}
+			if s.softDel && s.c.DeletedAt != prevDel {
+				t.Fatalf("%s failed (%v) but the struct's deleted_at moved from %v to %v", s.desc, err, prevDel, s.c.DeletedAt)
+			}
+		}
+		if errors.Is(err, errHook) || (s.refuse && errors.Is(err, gormplugin.ErrUnsupported)) {
+			return
+		}
+		switch s.eff {
+		case effCreate, effBatch, effBatchDel:
+			t.Fatalf("%s: refused: %v", s.desc, err)
+		case effSkip:
+			if existed {
+				t.Fatalf("%s: refused: %v", s.desc, err)
+			}
+		default:
+			if fresh && visible {
+				t.Fatalf("%s: false refusal of a fresh copy (row at %s): %v", s.desc, nullStr(b.Ver), err)
+			}
+		}
+		return
+	}
+
+	// Accepted.
+	switch s.eff {
+	case effCreate:
+		id := s.c.ID
+		row, ok := after.items[id]
+		switch {
+		case !ok:
+			t.Fatalf("%s: accepted but no row %d", s.desc, id)
+		case !row.Ver.Valid || row.Ver.Int64 != s.c.Version || s.c.Version < 1:
+			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, id, nullStr(row.Ver))
+		}
+		if d := diff(before, after, id, true); d != "" {
+			t.Fatalf("%s changed other rows: %s", s.desc, d)
+		}
+		return
+	case effBatch, effBatchDel:
+		if d := diff(before, after, s.row, false); d != "" {
+			t.Fatalf("%s changed other rows: %s", s.desc, d)
+		}
+		switch {
+		case !existed:
+		case !visible:
+			if a != b {
+				t.Fatalf("%s changed a soft-deleted row: %+v -> %+v", s.desc, b, a)
+			}
+		case s.eff == effBatchDel:
+			if exists {
+				t.Fatalf("%s: row %d still there", s.desc, s.row)
+			}
+		case ver(a.Ver) != ver(b.Ver)+1:
+			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver))
+		}
+		return
+	case effSkip:
+		if d := diff(before, after, s.row, false); d != "" {
+			t.Fatalf("%s changed other rows: %s", s.desc, d)
+		}
+		switch {
+		case existed && !visible:
+			if a != b {
+				t.Fatalf("%s changed a soft-deleted row: %+v -> %+v", s.desc, b, a)
+			}
+		case existed && (!exists || ver(a.Ver) != ver(b.Ver)+1):
+			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver))
+		}
+		// The plugin does not know the new version: re-read, as documented.
+		m.reread(t, db, s.c)
+		return
+	case effAssoc:
+		if d := diff(before, after, s.row, true); d != "" {
+			t.Fatalf("%s changed other items: %s", s.desc, d)
+		}
+		switch {
+		case existed && a == b:
+			if s.c.Version != prevVer {
+				t.Fatalf("%s left row %d at %s but moved the struct from %d to %d", s.desc, s.row, nullStr(a.Ver), prevVer, s.c.Version)
+			}
+		case !fresh:
+			t.Fatalf("%s from a stale copy (v%d, row at %s) changed row %d: %+v -> %+v", s.desc, prevVer, nullStr(b.Ver), s.row, b, a)
+		case ver(a.Ver) != ver(b.Ver)+1:
+			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver))
+		case s.c.Version != ver(a.Ver):
+			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, nullStr(a.Ver))
+		}
+		if s.post != nil {
+			s.post(t, before, after)
+		}
+		return
+	}
+
+	// A checked write from a copy.
+	if !fresh {
+		if existed {
+			t.Fatalf("%s: a stale copy (v%d) was accepted; row %d %+v -> %+v", s.desc, prevVer, s.row, b, a)
+		}
+		t.Fatalf("%s: a copy of a deleted row was accepted; row %d now %+v (present %v)", s.desc, s.row, a, exists)
+	}
+	if !visible {
+		t.Fatalf("%s: accepted on soft-deleted row %d: %+v -> %+v", s.desc, s.row, b, a)
+	}
+	if d := diff(before, after, s.row, s.children); d != "" {
+		t.Fatalf("%s changed other rows: %s", s.desc, d)
+	}
+	if s.eff == effDelete {
+		if exists {
+			t.Fatalf("%s: row %d still there: %+v", s.desc, s.row, a)
+		}
+		return
+	}
+	switch {
+	case !exists:
+		t.Fatalf("%s: row %d vanished", s.desc, s.row)
+	case ver(a.Ver) != ver(b.Ver)+s.bumps:
+		t.Fatalf("%s: row %d version %s -> %s, want +%d", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver), s.bumps)
+	case s.c.Version != ver(a.Ver):
+		t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, nullStr(a.Ver))
+	case s.softDel && (a.Deleted == "" || !s.c.DeletedAt.Valid):
+		t.Fatalf("%s: soft delete: row deleted_at %q, struct %v", s.desc, a.Deleted, s.c.DeletedAt)
+	}
+}
+
+// reread loads c's row into c (nothing changes when the row is gone).
+func (m *machine) reread(t *rapid.T, db *gorm.DB, c *MItem) {
+	t.Helper()
+	var fresh MItem
+	err := db.Session(&gorm.Session{NewDB: true}).Unscoped().Where("id = ?", c.ID).Limit(1).Find(&fresh).Error
+	if err != nil {
+		t.Fatalf("re-read item %d: %v", c.ID, err)
+	}
+	if fresh.ID != 0 {
+		*c = *clone(&fresh)
+	}
+}
+
+// resync brings a struct back in step with its row after a rollback the
+// plugin could not see (a user's db.Transaction whose fn failed).
+func (m *machine) resync(t *rapid.T, db *gorm.DB, c *MItem) {
+	t.Helper()
+	m.reread(t, db, c)
+}
+
+func (m *machine) step(t *rapid.T, name string) {
+	s := m.kinds[name](m, t, m.db)
+	if s == nil {
+		t.Skip("nothing to write")
+	}
+	m.exec(t, m.db, s, false)
+}
+
+// userTx runs 1–3 steps in db.Transaction, then commits or rolls back.
+func (m *machine) userTx(t *rapid.T) {
+	n := rapid.IntRange(1, 3).Draw(t, "steps in transaction")
+	rollback := rapid.Bool().Draw(t, "roll back")
+	before := m.snap(t, m.db)
+	// The version and deleted_at of every copy before the transaction.
+	type mem struct {
+		v   int64
+		del gorm.DeletedAt
+	}
+	was := map[*MItem]mem{}
+	for _, r := range m.replicas {
+		for _, c := range r {
+			was[c] = mem{c.Version, c.DeletedAt}
+		}
+	}
+	nIDs := len(m.ids)
+	var last snap
+	var steps int
+	err := m.db.Transaction(func(tx *gorm.DB) error {
+		for i := 0; i < n; i++ {
+			name := rapid.SampledFrom(m.names).Draw(t, "step in transaction")
+			s := m.kinds[name](m, t, tx)
+			if s == nil {
+				continue
+			}
+			s.desc = "tx: " + s.desc
+			steps++
+			if err := m.exec(t, tx, s, true); err != nil {
+				return err
+			}
+		}
+		last = m.snap(t, tx)
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
+	after := m.snap(t, m.db)
+	m.last = after
+	t.Logf("transaction of %d steps -> %v", steps, err)
+	monotonic(t, "transaction", before, after)
+	if err == nil {
+		if d := diff(last, after, 0, false); d != "" {
+			t.Fatalf("commit: the database is not what fn left: %s", d)
+		}
+		return
+	}
+	if !typedErr(err) {
+		t.Fatalf("transaction: untyped error %T: %v", err, err)
+	}
+	if d := diff(before, after, 0, false); d != "" {
+		t.Fatalf("rolled back (%v) but changed the database: %s", err, d)
+	}
+	// Rows created in the transaction are gone.
+	for _, id := range m.ids[nIDs:] {
+		for _, r := range m.replicas {
+			delete(r, id)
+		}
+	}
+	m.ids = m.ids[:nIDs]
+	for _, r := range m.replicas {
+		for _, c := range r {
+			w, ok := was[c]
+			if !ok || (w.v == c.Version && w.del == c.DeletedAt) {
+				continue
+			}
+			row, exists := after.items[c.ID]
+			m.resync(t, m.db, c)
+			if exists && w.v == ver(row.Ver) && c.Version != ver(row.Ver) {
+				t.Fatalf("after rollback, resync left item %d at %d, row at %s", c.ID, c.Version, nullStr(row.Ver))
+			}
+		}
+	}
+}
+
+// reload makes a replica read a row now; copyFrom makes it take another
+// replica's (possibly stale) copy.
+func (m *machine) reload(t *rapid.T) {
+	id := m.pickID(t)
+	if id == 0 {
+		t.Skip("no rows")
+	}
+	r := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "replica")
+	var it MItem
+	if err := m.db.Unscoped().Where("id = ?", id).Limit(1).Find(&it).Error; err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if it.ID == 0 {
+		delete(m.replicas[r], id)
+		return
+	}
+	m.replicas[r][id] = &it
+}
+
+func (m *machine) copyFrom(t *rapid.T) {
+	id := m.pickID(t)
+	from := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "from replica")
+	to := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "to replica")
+	c := m.replicas[from][id]
+	if c == nil || from == to {
+		t.Skip("nothing to copy")
+	}
+	m.replicas[to][id] = clone(c)
+}
+
+// check runs after every action: no struct is ahead of its row.
+func (m *machine) check(t *rapid.T) {
+	s := m.last // every action that writes leaves its snapshot here
+	for r, rep := range m.replicas {
+		for id, c := range rep {
+			if row, ok := s.items[id]; ok && c.Version > ver(row.Ver) {
+				t.Fatalf("replica %d's item %d is at version %d, ahead of its row (%s)", r, id, c.Version, nullStr(row.Ver))
+			}
+		}
+	}
+}
+
+func modelOps() int64 {
+	if v := os.Getenv("SQLOCK_MODEL_OPS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err == nil && n > 0 {
+			return n
+		}
+	}
+	return 10000
+}
+
+func openSQLiteMemory(t testing.TB, opts ...gormplugin.Option) *gorm.DB {
+	t.Helper()
+	db := openWith(t, sqlite.Open("file::memory:"), opts)
+	sqlOf(t, db).SetMaxOpenConns(1) // one connection: one in-memory database
+	return db
+}
+
+// openSQLiteCheck opens a fresh in-memory database for one rapid check,
+// closed when the check ends, with the tables of ddl.
+func openSQLiteCheck(t *rapid.T, ddl []string) *gorm.DB {
+	db, err := gorm.Open(sqlite.Open("file::memory:"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	sqlDB.SetMaxOpenConns(1) // one connection: one in-memory database
+	t.Cleanup(func() { sqlDB.Close() })
+	if err := db.Use(gormplugin.New()); err != nil {
+		t.Fatalf("use: %v", err)
+	}
+	for _, q := range ddl {
+		if err := db.Exec(q).Error; err != nil {
+			t.Fatalf("create tables: %v", err)
+		}
+	}
+	return db
+}
+
+// sqliteDDL returns the statements that made db's tables (AutoMigrate once,
+// rather than on every check).
+func sqliteDDL(t testing.TB, db *gorm.DB) []string {
+	var ddl []string
+	must(t, db.Raw("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY type DESC").Scan(&ddl).Error)
+	return ddl
+}
+
+func migrate(t interface{ Fatalf(string, ...any) }, db *gorm.DB) {
+	db.Config.DisableForeignKeyConstraintWhenMigrating = true
+	if err := db.AutoMigrate(&MOwner{}, &MItem{}, &MPart{}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+}
+
+// TestRandomWritesKeepVersionPromises is the model-based test of the
+// plugin's promises; see the top of this file.
+func TestRandomWritesKeepVersionPromises(t *testing.T) {
+	total := modelOps()
+	for _, be := range []struct {
+		name  string
+		open  func(testing.TB, ...gormplugin.Option) *gorm.DB
+		share int64
+	}{
+		// Under -race, in-process SQLite (modernc, C compiled to Go) is
+		// several times slower per write than PostgreSQL, so PostgreSQL
+		// takes the larger share.
+		{"sqlite", openSQLiteMemory, total * 3 / 10},
+		{"postgres", openPostgres, total - total*3/10},
+	} {
+		t.Run(be.name, func(t *testing.T) {
+			shared := be.open(t)
+			migrate(t, shared)
+			var ddl []string
+			if be.name == "sqlite" {
+				ddl = sqliteDDL(t, shared)
+			}
+			kinds := modelKinds()
+			var names []string
+			for n := range kinds {
+				if !gated(n) {
+					names = append(names, n)
+				}
+			}
+			sort.Strings(names)
+			var ops atomic.Int64
+			for ops.Load() < be.share && !t.Failed() {
+				rapid.Check(t, func(t *rapid.T) {
+					db := shared
+					if be.name == "sqlite" {
+						// A database of its own per check: a check that
+						// fails inside GORM's transaction may leave the one
+						// connection busy.
+						db = openSQLiteCheck(t, ddl)
+					}
+					m := &machine{db: db, ops: &ops, kinds: kinds, names: names}
+					for i, table := range []string{"m_items", "m_parts", "m_owners"} {
+						if err := db.Raw("SELECT COALESCE(MAX(id), 0) FROM " + table).Scan(&m.since[i]).Error; err != nil {
+							t.Fatalf("max id: %v", err)
+						}
+					}
+					nrep := rapid.IntRange(2, 4).Draw(t, "replicas")
+					for i := 0; i < nrep; i++ {
+						m.replicas = append(m.replicas, map[uint]*MItem{})
+					}
+					// Two rows every replica has read.
+					for i := 0; i < 2; i++ {
+						c := &MItem{Name: "start"}
+						if err := db.Create(c).Error; err != nil {
+							t.Fatalf("seed: %v", err)
+						}
+						m.ids = append(m.ids, c.ID)
+						for _, r := range m.replicas {
+							r[c.ID] = clone(c)
+						}
+					}
+					m.last = m.snap(t, db)
+					actions := map[string]func(*rapid.T){
+						"":            m.check,
+						"Reload":      m.reload,
+						"CopyFrom":    m.copyFrom,
+						"Transaction": m.userTx,
+					}
+					for _, n := range names {
+						actions[n] = func(t *rapid.T) { m.step(t, n) }
+					}
+					t.Repeat(actions)
+				})
+			}
+			t.Logf("%d writes on %s (gated: %v)", ops.Load(), be.name, modelGated)
+		})
+	}
+}
