@@ -316,17 +316,19 @@ func removeWhere(stmt *gorm.Statement, g *guard) {
 		return
 	}
 	w, _ := c.Expression.(clause.Where)
-	out := make([]clause.Expression, 0, len(w.Exprs))
-	for _, e := range w.Exprs {
+	for i, e := range w.Exprs {
 		if e != clause.Expression(g) {
-			out = append(out, e)
+			continue
 		}
-	}
-	if len(out) == len(w.Exprs) {
+		if i == len(w.Exprs)-1 {
+			w.Exprs = w.Exprs[:i] // a shorter view of the same array: nothing is overwritten
+		} else {
+			w.Exprs = append(append(make([]clause.Expression, 0, len(w.Exprs)-1), w.Exprs[:i]...), w.Exprs[i+1:]...)
+		}
+		c.Expression = w
+		stmt.Clauses["WHERE"] = c
 		return
 	}
-	c.Expression = clause.Where{Exprs: out}
-	stmt.Clauses["WHERE"] = c
 }
 
 func (p *Plugin) beforeUpdate(db *gorm.DB) {
