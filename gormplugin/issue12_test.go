@@ -370,6 +370,15 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		if v, _, _ := rowOf(t, db, n.ID); v != 1 || n.Version != 1 {
 			t.Fatalf("upsert that inserted: row %d, struct %d", v, n.Version)
 		}
+		// Save of a slice under SkipVersionCheck is an UpdateAll upsert:
+		// each row bumped, each struct given its row's version.
+		rows := []Order{{ID: o.ID, Status: "s1", Version: 1}, {ID: n.ID, Status: "s2", Version: 1}, {Status: "s3"}}
+		must(t, db.Scopes(gormplugin.SkipVersionCheck).Save(&rows).Error)
+		for i, want := range []int64{7, 2, 1} {
+			if v, s, _ := rowOf(t, db, rows[i].ID); v != want || rows[i].Version != want || s != rows[i].Status {
+				t.Fatalf("Save of a slice, row %d: %s/%d, struct %d; want %s/%d", i, s, v, rows[i].Version, rows[i].Status, want)
+			}
+		}
 	})
 }
 
@@ -416,5 +425,42 @@ func TestAssociationDeleteNoFalseStale(t *testing.T) {
 		it := s.Items[0]
 		checkErr(t, db.Model(&s).Association("Items").Delete(&it), gormplugin.ErrUnsupported)
 		must(t, db.Model(&it).Update("code", "b").Error)
+	})
+}
+
+// TaggedOrder is the model as the docs show it.
+type TaggedOrder struct {
+	ID      uint
+	Status  string
+	Version int64 `gorm:"not null;default:1" lock:"version"`
+}
+
+// TestDocumentedVersionTagMigratesNotNullDefault1: the version tag the
+// docs show, gorm:"not null;default:1", makes AutoMigrate create the
+// column NOT NULL DEFAULT 1, and every write path keeps working with it.
+func TestDocumentedVersionTagMigratesNotNullDefault1(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+		must(t, db.AutoMigrate(&TaggedOrder{}))
+		must(t, db.Exec("INSERT INTO tagged_orders (status) VALUES ('raw')").Error)
+		var raw TaggedOrder
+		must(t, db.Where("status = ?", "raw").First(&raw).Error)
+		if raw.Version != 1 {
+			t.Fatalf("a row inserted without a version got %d, want the default 1", raw.Version)
+		}
+		if err := db.Exec("UPDATE tagged_orders SET version = NULL").Error; err == nil {
+			t.Fatal("the version column accepts NULL")
+		}
+		o := TaggedOrder{Status: "new"}
+		must(t, db.Create(&o).Error)
+		s := TaggedOrder{Status: "sel"}
+		must(t, db.Select("Status").Create(&s).Error)
+		stale := o
+		must(t, db.Model(&o).Update("status", "paid").Error)
+		checkErr(t, db.Model(&stale).Update("status", "void").Error, versioned.ErrStale)
+		must(t, db.Model(&s).Update("status", "paid").Error)
+		if o.Version != 2 || s.Version != 2 {
+			t.Fatalf("versions %d and %d, want 2", o.Version, s.Version)
+		}
+		must(t, db.Delete(&o).Error)
 	})
 }

@@ -35,6 +35,12 @@ import (
 // error matching txlock.ErrAlreadyHeld (advisory.ErrAlreadyHeld for an
 // advisory lock).
 //
+// With the plugin installed on db, a transaction that rolls back (or whose
+// COMMIT fails) puts the versions and soft-delete fields of the structs
+// fn's versioned writes changed back as they were, so they equal their
+// rows again; after a txlock.ErrAmbiguousCommit, whose outcome is unknown,
+// call Resync. GORM's PrepareStmt may be on or off.
+//
 // db must not already be inside a transaction, and its dialector must be
 // PostgreSQL: on any other engine (SQLite, MySQL) advisory locks are not
 // real and the call fails with *UnsupportedError before it begins.
