@@ -50,7 +50,7 @@ import (
 // the plugin still breaks a promise on them (the issue 12 item it belongs
 // to). Fixes shrink it; it must end empty.
 var modelGated = map[string]string{
-	// A stale struct's ON CONFLICT … DO UPDATE is monotonic now but not
+	// A stale struct's ON CONFLICT … DO UPDATE is checkMonotonic now but not
 	// checked: it overwrites the newer row (a lost update). See
 	// Upsert/DoUpdatesBlind for what is promised today.
 	"Upsert/DoUpdates": "NEW (item 5 follow-up)",
@@ -61,8 +61,8 @@ var modelGated = map[string]string{
 	"Upsert/LockedTx": "item 4 (upsert path)",
 }
 
-// gated reports whether a kind of operation or failure is in modelGated.
-func gated(name string) bool { _, ok := modelGated[name]; return ok }
+// modelIsGated reports whether a kind of operation or failure is in modelGated.
+func modelIsGated(name string) bool { _, ok := modelGated[name]; return ok }
 
 // MItem is the model's row: versioned, soft-deletable, with a has-many and a
 // belongs-to association and hooks that fail when told to.
@@ -95,13 +95,13 @@ type MOwner struct {
 }
 
 var (
-	errHook     = errors.New("model: hook failed")
-	errRollback = errors.New("model: transaction rolled back")
+	errModelHook     = errors.New("model: hook failed")
+	errModelRollback = errors.New("model: transaction rolled back")
 )
 
 func (it *MItem) hook(name string) error {
 	if it.fail == name {
-		return fmt.Errorf("%w: %s", errHook, name)
+		return fmt.Errorf("%w: %s", errModelHook, name)
 	}
 	return nil
 }
@@ -117,21 +117,21 @@ func (it *MItem) AfterDelete(*gorm.DB) error  { return it.hook("AfterDelete") }
 
 func (p *MPart) BeforeCreate(*gorm.DB) error {
 	if p.fail {
-		return fmt.Errorf("%w: part BeforeCreate", errHook)
+		return fmt.Errorf("%w: part BeforeCreate", errModelHook)
 	}
 	return nil
 }
 
-var hookNames = []string{"", "", "", "", "", "BeforeSave", "BeforeCreate", "AfterCreate",
+var modelHookNames = []string{"", "", "", "", "", "BeforeSave", "BeforeCreate", "AfterCreate",
 	"BeforeUpdate", "AfterUpdate", "AfterSave", "BeforeDelete", "AfterDelete"}
 
-// typedErr reports whether err is one the plugin, GORM or the test itself
+// modelTypedErr reports whether err is one the plugin, GORM or the test itself
 // names: every failure of a step must be one of these.
-func typedErr(err error) bool {
+func modelTypedErr(err error) bool {
 	for _, target := range []error{
 		versioned.ErrStale, versioned.ErrNoKey, versioned.ErrKeyNotUnique, versioned.ErrOverflow,
 		versioned.ErrInvalidModel, gormplugin.ErrUnsupported, gormplugin.ErrNullVersion,
-		gorm.ErrMissingWhereClause, gorm.ErrRecordNotFound, errHook, errRollback,
+		gorm.ErrMissingWhereClause, gorm.ErrRecordNotFound, errModelHook, errModelRollback,
 	} {
 		if errors.Is(err, target) {
 			return true
@@ -142,7 +142,7 @@ func typedErr(err error) bool {
 
 // ---- snapshots of the database ----
 
-type itemRow struct {
+type modelItemRow struct {
 	Name    sql.NullString
 	Amount  sql.NullInt64
 	Ver     sql.NullInt64
@@ -150,36 +150,36 @@ type itemRow struct {
 	Owner   sql.NullInt64
 }
 
-type partRow struct {
+type modelPartRow struct {
 	Item  sql.NullInt64
 	Title sql.NullString
 	Ver   sql.NullInt64
 }
 
-type ownerRow struct {
+type modelOwnerRow struct {
 	Name sql.NullString
 	Ver  sql.NullInt64
 }
 
-type snap struct {
-	items  map[uint]itemRow
-	parts  map[uint]partRow
-	owners map[uint]ownerRow
+type modelSnap struct {
+	items  map[uint]modelItemRow
+	parts  map[uint]modelPartRow
+	owners map[uint]modelOwnerRow
 }
 
-func ver(v sql.NullInt64) int64 { return v.Int64 } // NULL counts as 0 (NullAsZero)
+func verOf(v sql.NullInt64) int64 { return v.Int64 } // NULL counts as 0 (NullAsZero)
 
-func nullStr(v sql.NullInt64) string {
+func verStr(v sql.NullInt64) string {
 	if !v.Valid {
 		return "NULL"
 	}
 	return strconv.FormatInt(v.Int64, 10)
 }
 
-// snap reads the rows this check made (ids above m.since), in one query.
-func (m *machine) snap(t *rapid.T, db *gorm.DB) snap {
+// modelSnap reads the rows this check made (ids above m.since), in one query.
+func (m *modelMachine) snap(t *rapid.T, db *gorm.DB) modelSnap {
 	t.Helper()
-	s := snap{items: map[uint]itemRow{}, parts: map[uint]partRow{}, owners: map[uint]ownerRow{}}
+	s := modelSnap{items: map[uint]modelItemRow{}, parts: map[uint]modelPartRow{}, owners: map[uint]modelOwnerRow{}}
 	rows, err := db.Session(&gorm.Session{NewDB: true}).Raw(`
 		SELECT 'i', id, name, amount, version, deleted_at, owner_id FROM m_items WHERE id > ?
 		UNION ALL SELECT 'p', id, title, NULL, version, NULL, item_id FROM m_parts WHERE id > ?
@@ -200,15 +200,15 @@ func (m *machine) snap(t *rapid.T, db *gorm.DB) snap {
 		}
 		switch table {
 		case "i":
-			r := itemRow{Name: name, Amount: amount, Ver: version, Owner: ref}
+			r := modelItemRow{Name: name, Amount: amount, Ver: version, Owner: ref}
 			if del != nil {
 				r.Deleted = fmt.Sprint(del)
 			}
 			s.items[id] = r
 		case "p":
-			s.parts[id] = partRow{Item: ref, Title: name, Ver: version}
+			s.parts[id] = modelPartRow{Item: ref, Title: name, Ver: version}
 		case "o":
-			s.owners[id] = ownerRow{Name: name, Ver: version}
+			s.owners[id] = modelOwnerRow{Name: name, Ver: version}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -219,7 +219,7 @@ func (m *machine) snap(t *rapid.T, db *gorm.DB) snap {
 
 // diff describes how b differs from a ("" when equal), ignoring the tables
 // and rows skip names.
-func diff(a, b snap, skipItem uint, skipChildren bool) string {
+func snapDiff(a, b modelSnap, skipItem uint, skipChildren bool) string {
 	var out []string
 	cmp := func(table string, a, b any) {
 		av, bv := reflect.ValueOf(a), reflect.ValueOf(b)
@@ -255,47 +255,47 @@ func diff(a, b snap, skipItem uint, skipChildren bool) string {
 	return strings.Join(out, "; ")
 }
 
-// monotonic fails when a row present in both snapshots has a lower version
+// checkMonotonic fails when a row present in both snapshots has a lower version
 // in b.
-func monotonic(t *rapid.T, what string, a, b snap) {
+func checkMonotonic(t *rapid.T, what string, a, b modelSnap) {
 	t.Helper()
 	for id, x := range a.items {
-		if y, ok := b.items[id]; ok && ver(y.Ver) < ver(x.Ver) {
-			t.Fatalf("%s: m_items %d version went back from %s to %s", what, id, nullStr(x.Ver), nullStr(y.Ver))
+		if y, ok := b.items[id]; ok && verOf(y.Ver) < verOf(x.Ver) {
+			t.Fatalf("%s: m_items %d version went back from %s to %s", what, id, verStr(x.Ver), verStr(y.Ver))
 		}
 	}
 	for id, x := range a.parts {
-		if y, ok := b.parts[id]; ok && ver(y.Ver) < ver(x.Ver) {
-			t.Fatalf("%s: m_parts %d version went back from %s to %s", what, id, nullStr(x.Ver), nullStr(y.Ver))
+		if y, ok := b.parts[id]; ok && verOf(y.Ver) < verOf(x.Ver) {
+			t.Fatalf("%s: m_parts %d version went back from %s to %s", what, id, verStr(x.Ver), verStr(y.Ver))
 		}
 	}
 	for id, x := range a.owners {
-		if y, ok := b.owners[id]; ok && ver(y.Ver) < ver(x.Ver) {
-			t.Fatalf("%s: m_owners %d version went back from %s to %s", what, id, nullStr(x.Ver), nullStr(y.Ver))
+		if y, ok := b.owners[id]; ok && verOf(y.Ver) < verOf(x.Ver) {
+			t.Fatalf("%s: m_owners %d version went back from %s to %s", what, id, verStr(x.Ver), verStr(y.Ver))
 		}
 	}
 }
 
 // ---- steps ----
 
-// effect says what an accepted step may do to the database.
-type effect int
+// modelEffect says what an accepted step may do to the database.
+type modelEffect int
 
 const (
-	effWrite    effect = iota // a checked write of row from c: bumps it by bumps
-	effDelete                 // a checked hard delete of row from c
-	effCreate                 // c is a new row
-	effBatch                  // a blind write of row by a condition: bumps it if it matched
-	effBatchDel               // a blind hard delete of row by a condition
-	effAssoc                  // an association write through c: row unchanged, or bumped by one from a fresh c
-	effSkip                   // a SkipVersionCheck write of row: bumped by one, c re-read afterwards
-	effUpsert                 // an unchecked upsert of row from c: bumped by one, c gets the new version
+	effWrite    modelEffect = iota // a checked write of row from c: bumps it by bumps
+	effDelete                      // a checked hard delete of row from c
+	effCreate                      // c is a new row
+	effBatch                       // a blind write of row by a condition: bumps it if it matched
+	effBatchDel                    // a blind hard delete of row by a condition
+	effAssoc                       // an association write through c: row unchanged, or bumped by one from a fresh c
+	effSkip                        // a SkipVersionCheck write of row: bumped by one, c re-read afterwards
+	effUpsert                      // an unchecked upsert of row from c: bumped by one, c gets the new version
 )
 
-type step struct {
+type modelStep struct {
 	kind     string // the name in modelKinds
 	desc     string
-	eff      effect
+	eff      modelEffect
 	c        *MItem // the struct written from (nil for batch writes)
 	row      uint
 	bumps    int64
@@ -306,25 +306,25 @@ type step struct {
 	inTx     bool // the step runs in a transaction of the caller's
 	run      func(db *gorm.DB) error
 	// post checks an accepted step beyond the row's version.
-	post func(t *rapid.T, before, after snap)
+	post func(t *rapid.T, before, after modelSnap)
 }
 
-// machine is one rapid check's state: the database and each replica's
+// modelMachine is one rapid check's state: the database and each replica's
 // copies of the rows.
-type machine struct {
+type modelMachine struct {
 	db       *gorm.DB
 	replicas []map[uint]*MItem
-	ids      []uint  // every item ever created (some may be gone)
-	since    [3]uint // the highest item, part and owner ids before this check
-	last     snap    // the database after the last action
+	ids      []uint    // every item ever created (some may be gone)
+	since    [3]uint   // the highest item, part and owner ids before this check
+	last     modelSnap // the database after the last action
 	ops      *atomic.Int64
 	rereads  []*MItem           // structs to re-read when the transaction ends
 	stats    map[string]*[4]int // per kind: accepted, stale, hook failed, refused otherwise
-	kinds    map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step
+	kinds    map[string]func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep
 	names    []string
 }
 
-func clone(c *MItem) *MItem {
+func cloneItem(c *MItem) *MItem {
 	n := *c
 	n.Parts, n.Owner, n.fail = nil, nil, ""
 	if c.OwnerID != nil {
@@ -337,7 +337,7 @@ func clone(c *MItem) *MItem {
 // pickLive is pick for rows that are in the database: an upsert of a row
 // that is gone inserts it again at the struct's version, which a model of
 // versions that never go back cannot follow (the row's history restarts).
-func (m *machine) pickLive(t *rapid.T) (*MItem, int) {
+func (m *modelMachine) pickLive(t *rapid.T) (*MItem, int) {
 	c, r := m.pick(t)
 	if c == nil {
 		return nil, 0
@@ -349,7 +349,7 @@ func (m *machine) pickLive(t *rapid.T) (*MItem, int) {
 }
 
 // pick draws a replica's copy of a row; nil when the replica has none.
-func (m *machine) pick(t *rapid.T) (*MItem, int) {
+func (m *modelMachine) pick(t *rapid.T) (*MItem, int) {
 	if len(m.ids) == 0 {
 		return nil, 0
 	}
@@ -359,17 +359,17 @@ func (m *machine) pick(t *rapid.T) (*MItem, int) {
 	return c, r
 }
 
-func (m *machine) pickID(t *rapid.T) uint {
+func (m *modelMachine) pickID(t *rapid.T) uint {
 	if len(m.ids) == 0 {
 		return 0
 	}
 	return rapid.SampledFrom(m.ids).Draw(t, "item")
 }
 
-func drawHook(t *rapid.T, c *MItem) string {
+func drawFailingHook(t *rapid.T, c *MItem) string {
 	var hooks []string
-	for _, h := range hookNames {
-		if h == "" || !gated("Hook/"+h) {
+	for _, h := range modelHookNames {
+		if h == "" || !modelIsGated("Hook/"+h) {
 			hooks = append(hooks, h)
 		}
 	}
@@ -378,42 +378,44 @@ func drawHook(t *rapid.T, c *MItem) string {
 	return h
 }
 
-// partFails draws whether a new part's BeforeCreate fails.
-func partFails(t *rapid.T) bool {
-	return !gated("PartFails") && rapid.IntRange(0, 3).Draw(t, "part fails") == 0
+// drawPartFails draws whether a new part's BeforeCreate fails.
+func drawPartFails(t *rapid.T) bool {
+	return !modelIsGated("PartFails") && rapid.IntRange(0, 3).Draw(t, "part fails") == 0
 }
 
-func name(t *rapid.T) string { return rapid.SampledFrom([]string{"a", "b", "c", "d"}).Draw(t, "name") }
+func drawName(t *rapid.T) string {
+	return rapid.SampledFrom([]string{"a", "b", "c", "d"}).Draw(t, "name")
+}
 
-func amount(t *rapid.T) int64 { return rapid.Int64Range(0, 9).Draw(t, "amount") }
+func drawAmount(t *rapid.T) int64 { return rapid.Int64Range(0, 9).Draw(t, "amount") }
 
-// copyStep is a checked single-row write from a replica's copy.
-func copyStep(desc string, unscoped bool, run func(t *rapid.T, db *gorm.DB, c *MItem) func(db *gorm.DB) error) func(m *machine, t *rapid.T, db *gorm.DB) *step {
-	return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+// modelCopyStep is a checked single-row write from a replica's copy.
+func modelCopyStep(desc string, unscoped bool, run func(t *rapid.T, db *gorm.DB, c *MItem) func(db *gorm.DB) error) func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+	return func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 		c, r := m.pick(t)
 		if c == nil {
 			return nil
 		}
-		h := drawHook(t, c)
+		h := drawFailingHook(t, c)
 		f := run(t, db, c)
-		return &step{desc: fmt.Sprintf("%s r%d item %d v%d hook=%q", desc, r, c.ID, c.Version, h),
+		return &modelStep{desc: fmt.Sprintf("%s r%d item %d v%d hook=%q", desc, r, c.ID, c.Version, h),
 			eff: effWrite, c: c, row: c.ID, bumps: 1, unscoped: unscoped, run: f}
 	}
 }
 
-func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
-	k := map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step{}
+func modelKinds() map[string]func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+	k := map[string]func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep{}
 
 	// Creates.
-	create := func(desc string, f func(db *gorm.DB, c *MItem) *gorm.DB, with func(t *rapid.T, c *MItem)) func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	create := func(desc string, f func(db *gorm.DB, c *MItem) *gorm.DB, with func(t *rapid.T, c *MItem)) func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		return func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 			r := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "replica")
-			c := &MItem{Name: name(t), Amount: amount(t)}
+			c := &MItem{Name: drawName(t), Amount: drawAmount(t)}
 			if with != nil {
 				with(t, c)
 			}
-			h := drawHook(t, c)
-			return &step{desc: fmt.Sprintf("%s r%d hook=%q", desc, r, h), eff: effCreate, c: c, children: true,
+			h := drawFailingHook(t, c)
+			return &modelStep{desc: fmt.Sprintf("%s r%d hook=%q", desc, r, h), eff: effCreate, c: c, children: true,
 				run: func(db *gorm.DB) error {
 					if err := f(db, c).Error; err != nil {
 						return err
@@ -438,98 +440,98 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	}, nil)
 	k["Create/Parts"] = create("Create+parts", func(db *gorm.DB, c *MItem) *gorm.DB { return db.Create(c) },
 		func(t *rapid.T, c *MItem) {
-			c.Parts = []MPart{{Title: "p"}, {Title: "q", fail: partFails(t)}}
+			c.Parts = []MPart{{Title: "p"}, {Title: "q", fail: drawPartFails(t)}}
 		})
 	k["Create/Owner"] = create("Create+owner", func(db *gorm.DB, c *MItem) *gorm.DB { return db.Create(c) },
 		func(t *rapid.T, c *MItem) { c.Owner = &MOwner{Name: "o"} })
 
 	// Checked single-row writes from a copy.
-	k["Save"] = copyStep("Save", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n, a := name(t), amount(t)
+	k["Save"] = modelCopyStep("Save", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := drawName(t), drawAmount(t)
 		return func(db *gorm.DB) error { c.Name, c.Amount = n, a; return db.Save(c).Error }
 	})
-	k["Save/Unscoped"] = copyStep("Unscoped.Save", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["Save/Unscoped"] = modelCopyStep("Unscoped.Save", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error { c.Name = n; return db.Unscoped().Save(c).Error }
 	})
-	k["Save/SelectStar"] = copyStep("Select(*).Save", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["Save/SelectStar"] = modelCopyStep("Select(*).Save", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error { c.Name = n; return db.Select("*").Save(c).Error }
 	})
-	k["Save/Omit"] = copyStep("Omit(amount,version).Save", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n, a := name(t), amount(t)
+	k["Save/Omit"] = modelCopyStep("Omit(amount,version).Save", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := drawName(t), drawAmount(t)
 		return func(db *gorm.DB) error { c.Name, c.Amount = n, a; return db.Omit("amount", "version").Save(c).Error }
 	})
-	k["Update"] = copyStep("Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["Update"] = modelCopyStep("Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error { return db.Model(c).Update("name", n).Error }
 	})
-	k["Update/Expr"] = copyStep("Update(amount+1)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+	k["Update/Expr"] = modelCopyStep("Update(amount+1)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
 		return func(db *gorm.DB) error { return db.Model(c).Update("amount", gorm.Expr("amount + ?", 1)).Error }
 	})
-	k["Update/Where"] = copyStep("Where(id>0).Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["Update/Where"] = modelCopyStep("Where(id>0).Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error { return db.Model(c).Where("id > ?", 0).Update("name", n).Error }
 	})
-	k["Update/Unscoped"] = copyStep("Unscoped.Update", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["Update/Unscoped"] = modelCopyStep("Unscoped.Update", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error { return db.Unscoped().Model(c).Update("name", n).Error }
 	})
-	k["Update/Restore"] = copyStep("Unscoped.Update(deleted_at=NULL)", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+	k["Update/Restore"] = modelCopyStep("Unscoped.Update(deleted_at=NULL)", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
 		return func(db *gorm.DB) error { return db.Unscoped().Model(c).Update("deleted_at", nil).Error }
 	})
-	k["Update/version"] = copyStep("Update(version=99)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+	k["Update/version"] = modelCopyStep("Update(version=99)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
 		return func(db *gorm.DB) error { return db.Model(c).Update("version", 99).Error }
 	})
-	k["Updates/map"] = copyStep("Updates(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n, a := name(t), amount(t)
+	k["Updates/map"] = modelCopyStep("Updates(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := drawName(t), drawAmount(t)
 		return func(db *gorm.DB) error {
 			return db.Model(c).Updates(map[string]any{"name": n, "amount": a, "version": 99}).Error
 		}
 	})
-	k["Updates/struct"] = copyStep("Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n, a := name(t), amount(t)
+	k["Updates/struct"] = modelCopyStep("Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := drawName(t), drawAmount(t)
 		return func(db *gorm.DB) error { return db.Model(c).Updates(MItem{Name: n, Amount: a, Version: 99}).Error }
 	})
-	k["Updates/self"] = copyStep("Updates(self)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["Updates/self"] = modelCopyStep("Updates(self)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error { c.Name = n; return db.Updates(c).Error }
 	})
-	k["Updates/Select"] = copyStep("Select(name).Updates(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n, a := name(t), amount(t)
+	k["Updates/Select"] = modelCopyStep("Select(name).Updates(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := drawName(t), drawAmount(t)
 		return func(db *gorm.DB) error {
 			return db.Model(c).Select("name").Updates(map[string]any{"name": n, "amount": a}).Error
 		}
 	})
-	k["Updates/SelectVersion"] = copyStep("Select(name,version).Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["Updates/SelectVersion"] = modelCopyStep("Select(name,version).Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error {
 			return db.Model(c).Select("name", "version").Updates(MItem{Name: n, Version: 99}).Error
 		}
 	})
-	k["Updates/Omit"] = copyStep("Omit(amount,version).Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n, a := name(t), amount(t)
+	k["Updates/Omit"] = modelCopyStep("Omit(amount,version).Updates(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := drawName(t), drawAmount(t)
 		return func(db *gorm.DB) error {
 			return db.Model(c).Omit("amount", "version").Updates(MItem{Name: n, Amount: a}).Error
 		}
 	})
-	k["UpdateColumn"] = copyStep("UpdateColumn", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		a := amount(t)
+	k["UpdateColumn"] = modelCopyStep("UpdateColumn", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		a := drawAmount(t)
 		return func(db *gorm.DB) error { return db.Model(c).UpdateColumn("amount", a).Error }
 	})
-	k["UpdateColumns/map"] = copyStep("UpdateColumns(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n, a := name(t), amount(t)
+	k["UpdateColumns/map"] = modelCopyStep("UpdateColumns(map)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n, a := drawName(t), drawAmount(t)
 		return func(db *gorm.DB) error {
 			return db.Model(c).UpdateColumns(map[string]any{"name": n, "amount": a}).Error
 		}
 	})
-	k["UpdateColumns/struct"] = copyStep("UpdateColumns(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-		n := name(t)
+	k["UpdateColumns/struct"] = modelCopyStep("UpdateColumns(struct)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+		n := drawName(t)
 		return func(db *gorm.DB) error { return db.Model(c).UpdateColumns(MItem{Name: n}).Error }
 	})
-	k["Save/FailingPart"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		s := copyStep("Save+new part", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-			fail := partFails(t)
+	k["Save/FailingPart"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		s := modelCopyStep("Save+new part", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			fail := drawPartFails(t)
 			return func(db *gorm.DB) error {
 				c.Parts = []MPart{{Title: "s", fail: fail}}
 				defer func() { c.Parts = nil }()
@@ -543,8 +545,8 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	}
 
 	// Deletes from a copy.
-	k["Delete"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		s := copyStep("Delete (soft)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+	k["Delete"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		s := modelCopyStep("Delete (soft)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
 			return func(db *gorm.DB) error { return db.Delete(c).Error }
 		})(m, t, db)
 		if s != nil {
@@ -552,8 +554,8 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 		}
 		return s
 	}
-	k["Delete/Unscoped"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		s := copyStep("Unscoped.Delete (hard)", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+	k["Delete/Unscoped"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		s := modelCopyStep("Unscoped.Delete (hard)", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
 			return func(db *gorm.DB) error { return db.Unscoped().Delete(c).Error }
 		})(m, t, db)
 		if s != nil {
@@ -561,8 +563,8 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 		}
 		return s
 	}
-	k["Delete/ModelDest"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		s := copyStep("Model(c).Delete(&MItem{})", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+	k["Delete/ModelDest"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		s := modelCopyStep("Model(c).Delete(&MItem{})", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
 			return func(db *gorm.DB) error { return db.Model(c).Delete(&MItem{}).Error }
 		})(m, t, db)
 		if s != nil {
@@ -572,9 +574,9 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	}
 
 	// A reused chain: two writes through one *gorm.DB.
-	k["Chain"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		s := copyStep("tx:=Model(c); tx.Update; tx.Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-			n, a := name(t), amount(t)
+	k["Chain"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		s := modelCopyStep("tx:=Model(c); tx.Update; tx.Update", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			n, a := drawName(t), drawAmount(t)
 			return func(db *gorm.DB) error {
 				tx := db.Model(c)
 				if err := tx.Update("name", n).Error; err != nil {
@@ -591,9 +593,9 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 
 	// A chained finisher: the second Update runs on the statement the
 	// first one returned.
-	k["Chain/Finisher"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		s := copyStep("Model(c).Update(…).Update(…)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-			n, a := name(t), amount(t)
+	k["Chain/Finisher"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		s := modelCopyStep("Model(c).Update(…).Update(…)", false, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			n, a := drawName(t), drawAmount(t)
 			return func(db *gorm.DB) error {
 				tx := db.Model(c).Update("name", n)
 				if tx.Error != nil {
@@ -609,9 +611,9 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	}
 
 	// Upserts from a copy.
-	k["Upsert/DoUpdates"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		s := copyStep("OnConflict(DoUpdates name,version).Create", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
-			n := name(t)
+	k["Upsert/DoUpdates"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		s := modelCopyStep("OnConflict(DoUpdates name,version).Create", true, func(t *rapid.T, _ *gorm.DB, c *MItem) func(*gorm.DB) error {
+			n := drawName(t)
 			return func(db *gorm.DB) error {
 				c.Name = n
 				return db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}},
@@ -625,17 +627,17 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	}
 	// The same upsert as an unchecked write: it may overwrite, but never
 	// lowers the version, bumps it by one and returns it into the struct.
-	k["Upsert/DoUpdatesBlind"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	k["Upsert/DoUpdatesBlind"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 		c, r := m.pickLive(t)
 		if c == nil {
 			return nil
 		}
-		n := name(t)
+		n := drawName(t)
 		h := ""
-		if !gated("Upsert/FailingHook") {
-			h = drawHook(t, c)
+		if !modelIsGated("Upsert/FailingHook") {
+			h = drawFailingHook(t, c)
 		}
-		return &step{desc: fmt.Sprintf("OnConflict(DoUpdates name,version).Create as a blind write r%d item %d v%d hook=%q", r, c.ID, c.Version, h),
+		return &modelStep{desc: fmt.Sprintf("OnConflict(DoUpdates name,version).Create as a blind write r%d item %d v%d hook=%q", r, c.ID, c.Version, h),
 			eff: effUpsert, c: c, row: c.ID, unscoped: true, refuse: true,
 			run: func(db *gorm.DB) error {
 				c.Name = n
@@ -643,24 +645,24 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 					DoUpdates: clause.AssignmentColumns([]string{"name", "version"})}).Create(c).Error
 			}}
 	}
-	k["Upsert/Skip"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	k["Upsert/Skip"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 		c, r := m.pickLive(t)
 		if c == nil {
 			return nil
 		}
-		return &step{desc: fmt.Sprintf("SkipVersionCheck.OnConflict(UpdateAll).Create r%d item %d v%d", r, c.ID, c.Version),
+		return &modelStep{desc: fmt.Sprintf("SkipVersionCheck.OnConflict(UpdateAll).Create r%d item %d v%d", r, c.ID, c.Version),
 			eff: effSkip, c: c, row: c.ID, bumps: 1, unscoped: true, refuse: true,
 			run: func(db *gorm.DB) error {
 				return db.Scopes(gormplugin.SkipVersionCheck).Clauses(clause.OnConflict{UpdateAll: true}).Create(c).Error
 			}}
 	}
-	k["Update/Skip"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	k["Update/Skip"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 		c, r := m.pick(t)
 		if c == nil {
 			return nil
 		}
-		n := name(t)
-		return &step{desc: fmt.Sprintf("SkipVersionCheck.Update r%d item %d v%d", r, c.ID, c.Version),
+		n := drawName(t)
+		return &modelStep{desc: fmt.Sprintf("SkipVersionCheck.Update r%d item %d v%d", r, c.ID, c.Version),
 			eff: effSkip, c: c, row: c.ID, bumps: 1,
 			run: func(db *gorm.DB) error {
 				return db.Scopes(gormplugin.SkipVersionCheck).Model(c).Update("name", n).Error
@@ -668,13 +670,13 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	}
 
 	// Batch writes by a condition.
-	batch := func(desc string, eff effect, unscoped bool, f func(db *gorm.DB, id uint) error) func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	batch := func(desc string, eff modelEffect, unscoped bool, f func(db *gorm.DB, id uint) error) func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		return func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 			id := m.pickID(t)
 			if id == 0 {
 				return nil
 			}
-			return &step{desc: fmt.Sprintf("%s item %d", desc, id), eff: eff, row: id, bumps: 1, unscoped: unscoped,
+			return &modelStep{desc: fmt.Sprintf("%s item %d", desc, id), eff: eff, row: id, bumps: 1, unscoped: unscoped,
 				run: func(db *gorm.DB) error { return f(db, id) }}
 		}
 	}
@@ -692,13 +694,13 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	})
 	// A versioned struct as the values of a batch write: checked by its own
 	// version or refused.
-	k["Batch/UpdatesStruct"] = func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	k["Batch/UpdatesStruct"] = func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 		c, r := m.pick(t)
 		if c == nil {
 			return nil
 		}
-		n := name(t)
-		return &step{desc: fmt.Sprintf("Model(&MItem{}).Where(id).Updates(&copy) r%d item %d v%d", r, c.ID, c.Version),
+		n := drawName(t)
+		return &modelStep{desc: fmt.Sprintf("Model(&MItem{}).Where(id).Updates(&copy) r%d item %d v%d", r, c.ID, c.Version),
 			eff: effWrite, c: c, row: c.ID, bumps: 1, refuse: true,
 			run: func(db *gorm.DB) error {
 				c.Name = n
@@ -707,35 +709,35 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 	}
 
 	// Associations through a copy.
-	assoc := func(desc string, refuse bool, f func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(t *rapid.T, before, after snap))) func(m *machine, t *rapid.T, db *gorm.DB) *step {
-		return func(m *machine, t *rapid.T, db *gorm.DB) *step {
+	assoc := func(desc string, refuse bool, f func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(t *rapid.T, before, after modelSnap))) func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		return func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
 			c, r := m.pick(t)
 			if c == nil {
 				return nil
 			}
-			h := drawHook(t, c)
+			h := drawFailingHook(t, c)
 			run, post := f(t, db, c)
 			if run == nil {
 				c.fail = ""
 				return nil
 			}
-			return &step{desc: fmt.Sprintf("%s r%d item %d v%d hook=%q", desc, r, c.ID, c.Version, h),
+			return &modelStep{desc: fmt.Sprintf("%s r%d item %d v%d hook=%q", desc, r, c.ID, c.Version, h),
 				eff: effAssoc, c: c, row: c.ID, children: true, refuse: refuse, run: run, post: post}
 		}
 	}
-	k["Assoc/AppendPart"] = assoc("Association(Parts).Append", false, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
-		p := &MPart{Title: "n", fail: partFails(t)}
+	k["Assoc/AppendPart"] = assoc("Association(Parts).Append", false, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, modelSnap, modelSnap)) {
+		p := &MPart{Title: "n", fail: drawPartFails(t)}
 		return func(db *gorm.DB) error {
 				defer func() { c.Parts = nil }()
 				return db.Model(c).Association("Parts").Append(p)
-			}, func(t *rapid.T, _, after snap) {
+			}, func(t *rapid.T, _, after modelSnap) {
 				row, ok := after.parts[p.ID]
-				if !ok || ver(row.Ver) != p.Version || p.Version != 1 {
+				if !ok || verOf(row.Ver) != p.Version || p.Version != 1 {
 					t.Fatalf("appended part %d: struct version %d, row %+v (present %v)", p.ID, p.Version, row, ok)
 				}
 			}
 	})
-	k["Assoc/DeletePart"] = assoc("Association(Parts).Delete", true, func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+	k["Assoc/DeletePart"] = assoc("Association(Parts).Delete", true, func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, modelSnap, modelSnap)) {
 		var p MPart
 		if err := db.Session(&gorm.Session{NewDB: true}).Where("item_id = ?", c.ID).Order("id").Limit(1).Find(&p).Error; err != nil {
 			t.Fatalf("load part: %v", err)
@@ -746,24 +748,24 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 		return func(db *gorm.DB) error {
 				defer func() { c.Parts = nil }()
 				return db.Model(c).Association("Parts").Delete(&p)
-			}, func(t *rapid.T, _, after snap) {
-				if row, ok := after.parts[p.ID]; ok && ver(row.Ver) != p.Version {
-					t.Fatalf("part %d taken off its item: struct version %d, row %s", p.ID, p.Version, nullStr(row.Ver))
+			}, func(t *rapid.T, _, after modelSnap) {
+				if row, ok := after.parts[p.ID]; ok && verOf(row.Ver) != p.Version {
+					t.Fatalf("part %d taken off its item: struct version %d, row %s", p.ID, p.Version, verStr(row.Ver))
 				}
 			}
 	})
-	k["Assoc/AppendOwner"] = assoc("Association(Owner).Append", false, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
-		o := &MOwner{Name: name(t)}
+	k["Assoc/AppendOwner"] = assoc("Association(Owner).Append", false, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, modelSnap, modelSnap)) {
+		o := &MOwner{Name: drawName(t)}
 		return func(db *gorm.DB) error {
 				defer func() { c.Owner = nil }()
 				return db.Model(c).Association("Owner").Append(o)
-			}, func(t *rapid.T, _, after snap) {
-				if row, ok := after.owners[o.ID]; !ok || ver(row.Ver) != o.Version {
+			}, func(t *rapid.T, _, after modelSnap) {
+				if row, ok := after.owners[o.ID]; !ok || verOf(row.Ver) != o.Version {
 					t.Fatalf("appended owner %d: struct version %d, row %+v", o.ID, o.Version, row)
 				}
 			}
 	})
-	k["Assoc/DeleteOwner"] = assoc("Association(Owner).Delete", true, func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+	k["Assoc/DeleteOwner"] = assoc("Association(Owner).Delete", true, func(t *rapid.T, db *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, modelSnap, modelSnap)) {
 		if c.OwnerID == nil {
 			return nil, nil
 		}
@@ -779,13 +781,13 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 			return db.Model(c).Association("Owner").Delete(&o)
 		}, nil
 	})
-	k["Assoc/ClearOwner"] = assoc("Association(Owner).Clear", true, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+	k["Assoc/ClearOwner"] = assoc("Association(Owner).Clear", true, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, modelSnap, modelSnap)) {
 		return func(db *gorm.DB) error {
 			defer func() { c.Owner = nil }()
 			return db.Model(c).Association("Owner").Clear()
 		}, nil
 	})
-	k["Assoc/ClearParts"] = assoc("Association(Parts).Clear", true, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, snap, snap)) {
+	k["Assoc/ClearParts"] = assoc("Association(Parts).Clear", true, func(t *rapid.T, _ *gorm.DB, c *MItem) (func(*gorm.DB) error, func(*rapid.T, modelSnap, modelSnap)) {
 		return func(db *gorm.DB) error {
 			defer func() { c.Parts = nil }()
 			return db.Model(c).Association("Parts").Clear()
@@ -795,7 +797,7 @@ func modelKinds() map[string]func(m *machine, t *rapid.T, db *gorm.DB) *step {
 }
 
 // outcome counts err for kind.
-func (m *machine) outcome(kind string, err error) {
+func (m *modelMachine) outcome(kind string, err error) {
 	c := m.stats[kind]
 	if c == nil {
 		c = new([4]int)
@@ -806,7 +808,7 @@ func (m *machine) outcome(kind string, err error) {
 		c[0]++
 	case errors.Is(err, versioned.ErrStale):
 		c[1]++
-	case errors.Is(err, errHook):
+	case errors.Is(err, errModelHook):
 		c[2]++
 	default:
 		c[3]++
@@ -814,7 +816,7 @@ func (m *machine) outcome(kind string, err error) {
 }
 
 // exec runs s and checks the step against the model. It returns s's error.
-func (m *machine) exec(t *rapid.T, db *gorm.DB, s *step, inTx bool) error {
+func (m *modelMachine) exec(t *rapid.T, db *gorm.DB, s *modelStep, inTx bool) error {
 	t.Helper()
 	before := m.snap(t, db)
 	var prevVer int64
@@ -837,7 +839,7 @@ func (m *machine) exec(t *rapid.T, db *gorm.DB, s *step, inTx bool) error {
 	m.ops.Add(1)
 	m.outcome(s.kind, err)
 	t.Logf("%s -> %v", s.desc, err)
-	if err != nil && !typedErr(err) {
+	if err != nil && !modelTypedErr(err) {
 		t.Fatalf("%s: untyped error %T: %v", s.desc, err, err)
 	}
 	if err != nil && inTx {
@@ -851,31 +853,31 @@ func (m *machine) exec(t *rapid.T, db *gorm.DB, s *step, inTx bool) error {
 	if !inTx {
 		m.last = after
 	}
-	monotonic(t, s.desc, before, after)
+	checkMonotonic(t, s.desc, before, after)
 	m.checkStep(t, db, s, before, after, err, prevVer, prevDel)
 	return err
 }
 
-func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap, err error, prevVer int64, prevDel gorm.DeletedAt) {
+func (m *modelMachine) checkStep(t *rapid.T, db *gorm.DB, s *modelStep, before, after modelSnap, err error, prevVer int64, prevDel gorm.DeletedAt) {
 	t.Helper()
 	b, existed := before.items[s.row]
 	a, exists := after.items[s.row]
 	visible := existed && (s.unscoped || b.Deleted == "")
-	fresh := s.c != nil && existed && ver(b.Ver) == prevVer
+	fresh := s.c != nil && existed && verOf(b.Ver) == prevVer
 
 	if err != nil {
-		if d := diff(before, after, 0, false); d != "" {
+		if d := snapDiff(before, after, 0, false); d != "" {
 			t.Fatalf("%s failed (%v) but changed the database: %s", s.desc, err, d)
 		}
 		if s.c != nil && s.eff != effCreate {
 			if s.c.Version != prevVer {
-				t.Fatalf("%s failed (%v) but the struct's version moved from %d to %d (row at %s)", s.desc, err, prevVer, s.c.Version, nullStr(a.Ver))
+				t.Fatalf("%s failed (%v) but the struct's version moved from %d to %d (row at %s)", s.desc, err, prevVer, s.c.Version, verStr(a.Ver))
 			}
 			if s.softDel && s.c.DeletedAt != prevDel {
 				t.Fatalf("%s failed (%v) but the struct's deleted_at moved from %v to %v", s.desc, err, prevDel, s.c.DeletedAt)
 			}
 		}
-		if errors.Is(err, errHook) || (s.refuse && errors.Is(err, gormplugin.ErrUnsupported)) {
+		if errors.Is(err, errModelHook) || (s.refuse && errors.Is(err, gormplugin.ErrUnsupported)) {
 			return
 		}
 		switch s.eff {
@@ -887,7 +889,7 @@ func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap
 			}
 		default:
 			if fresh && visible {
-				t.Fatalf("%s: false refusal of a fresh copy (row at %s): %v", s.desc, nullStr(b.Ver), err)
+				t.Fatalf("%s: false refusal of a fresh copy (row at %s): %v", s.desc, verStr(b.Ver), err)
 			}
 		}
 		return
@@ -902,14 +904,14 @@ func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap
 		case !ok:
 			t.Fatalf("%s: accepted but no row %d", s.desc, id)
 		case !row.Ver.Valid || row.Ver.Int64 != s.c.Version || s.c.Version < 1:
-			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, id, nullStr(row.Ver))
+			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, id, verStr(row.Ver))
 		}
-		if d := diff(before, after, id, true); d != "" {
+		if d := snapDiff(before, after, id, true); d != "" {
 			t.Fatalf("%s changed other rows: %s", s.desc, d)
 		}
 		return
 	case effBatch, effBatchDel:
-		if d := diff(before, after, s.row, false); d != "" {
+		if d := snapDiff(before, after, s.row, false); d != "" {
 			t.Fatalf("%s changed other rows: %s", s.desc, d)
 		}
 		switch {
@@ -922,12 +924,12 @@ func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap
 			if exists {
 				t.Fatalf("%s: row %d still there", s.desc, s.row)
 			}
-		case ver(a.Ver) != ver(b.Ver)+1:
-			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver))
+		case verOf(a.Ver) != verOf(b.Ver)+1:
+			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, verStr(b.Ver), verStr(a.Ver))
 		}
 		return
 	case effSkip:
-		if d := diff(before, after, s.row, false); d != "" {
+		if d := snapDiff(before, after, s.row, false); d != "" {
 			t.Fatalf("%s changed other rows: %s", s.desc, d)
 		}
 		switch {
@@ -935,8 +937,8 @@ func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap
 			if a != b {
 				t.Fatalf("%s changed a soft-deleted row: %+v -> %+v", s.desc, b, a)
 			}
-		case existed && (!exists || ver(a.Ver) != ver(b.Ver)+1):
-			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver))
+		case existed && (!exists || verOf(a.Ver) != verOf(b.Ver)+1):
+			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, verStr(b.Ver), verStr(a.Ver))
 		}
 		// The plugin does not know the new version: re-read, as documented
 		// (after the caller's transaction, which may still roll back).
@@ -947,35 +949,35 @@ func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap
 		}
 		return
 	case effUpsert:
-		if d := diff(before, after, s.row, false); d != "" {
+		if d := snapDiff(before, after, s.row, false); d != "" {
 			t.Fatalf("%s changed other rows: %s", s.desc, d)
 		}
 		switch {
 		case !exists:
 			t.Fatalf("%s: row %d missing after the upsert", s.desc, s.row)
-		case existed && ver(a.Ver) != ver(b.Ver)+1:
-			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver))
-		case !existed && ver(a.Ver) != prevVer:
-			t.Fatalf("%s: re-inserted row %d at %s, struct was at %d", s.desc, s.row, nullStr(a.Ver), prevVer)
-		case s.c.Version != ver(a.Ver):
-			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, nullStr(a.Ver))
+		case existed && verOf(a.Ver) != verOf(b.Ver)+1:
+			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, verStr(b.Ver), verStr(a.Ver))
+		case !existed && verOf(a.Ver) != prevVer:
+			t.Fatalf("%s: re-inserted row %d at %s, struct was at %d", s.desc, s.row, verStr(a.Ver), prevVer)
+		case s.c.Version != verOf(a.Ver):
+			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, verStr(a.Ver))
 		}
 		return
 	case effAssoc:
-		if d := diff(before, after, s.row, true); d != "" {
+		if d := snapDiff(before, after, s.row, true); d != "" {
 			t.Fatalf("%s changed other items: %s", s.desc, d)
 		}
 		switch {
 		case existed == exists && a == b:
 			if s.c.Version != prevVer {
-				t.Fatalf("%s left row %d at %s but moved the struct from %d to %d", s.desc, s.row, nullStr(a.Ver), prevVer, s.c.Version)
+				t.Fatalf("%s left row %d at %s but moved the struct from %d to %d", s.desc, s.row, verStr(a.Ver), prevVer, s.c.Version)
 			}
 		case !fresh:
-			t.Fatalf("%s from a stale copy (v%d, row at %s) changed row %d: %+v -> %+v", s.desc, prevVer, nullStr(b.Ver), s.row, b, a)
-		case ver(a.Ver) != ver(b.Ver)+1:
-			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver))
-		case s.c.Version != ver(a.Ver):
-			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, nullStr(a.Ver))
+			t.Fatalf("%s from a stale copy (v%d, row at %s) changed row %d: %+v -> %+v", s.desc, prevVer, verStr(b.Ver), s.row, b, a)
+		case verOf(a.Ver) != verOf(b.Ver)+1:
+			t.Fatalf("%s: row %d version %s -> %s, want +1", s.desc, s.row, verStr(b.Ver), verStr(a.Ver))
+		case s.c.Version != verOf(a.Ver):
+			t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, verStr(a.Ver))
 		}
 		if s.post != nil {
 			s.post(t, before, after)
@@ -993,7 +995,7 @@ func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap
 	if !visible {
 		t.Fatalf("%s: accepted on soft-deleted row %d: %+v -> %+v", s.desc, s.row, b, a)
 	}
-	if d := diff(before, after, s.row, s.children); d != "" {
+	if d := snapDiff(before, after, s.row, s.children); d != "" {
 		t.Fatalf("%s changed other rows: %s", s.desc, d)
 	}
 	if s.eff == effDelete {
@@ -1005,17 +1007,17 @@ func (m *machine) checkStep(t *rapid.T, db *gorm.DB, s *step, before, after snap
 	switch {
 	case !exists:
 		t.Fatalf("%s: row %d vanished", s.desc, s.row)
-	case ver(a.Ver) != ver(b.Ver)+s.bumps:
-		t.Fatalf("%s: row %d version %s -> %s, want +%d", s.desc, s.row, nullStr(b.Ver), nullStr(a.Ver), s.bumps)
-	case s.c.Version != ver(a.Ver):
-		t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, nullStr(a.Ver))
+	case verOf(a.Ver) != verOf(b.Ver)+s.bumps:
+		t.Fatalf("%s: row %d version %s -> %s, want +%d", s.desc, s.row, verStr(b.Ver), verStr(a.Ver), s.bumps)
+	case s.c.Version != verOf(a.Ver):
+		t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, verStr(a.Ver))
 	case s.softDel && (a.Deleted == "" || !s.c.DeletedAt.Valid):
 		t.Fatalf("%s: soft delete: row deleted_at %q, struct %v", s.desc, a.Deleted, s.c.DeletedAt)
 	}
 }
 
 // reread loads c's row into c (nothing changes when the row is gone).
-func (m *machine) reread(t *rapid.T, db *gorm.DB, c *MItem) {
+func (m *modelMachine) reread(t *rapid.T, db *gorm.DB, c *MItem) {
 	t.Helper()
 	var fresh MItem
 	err := db.Session(&gorm.Session{NewDB: true}).Unscoped().Where("id = ?", c.ID).Limit(1).Find(&fresh).Error
@@ -1023,21 +1025,21 @@ func (m *machine) reread(t *rapid.T, db *gorm.DB, c *MItem) {
 		t.Fatalf("re-read item %d: %v", c.ID, err)
 	}
 	if fresh.ID != 0 {
-		*c = *clone(&fresh)
+		*c = *cloneItem(&fresh)
 	}
 }
 
 // resync brings a struct back in step with its row after a rollback the
 // plugin could not see (a user's db.Transaction whose fn failed), with the
 // documented gormplugin.Resync.
-func (m *machine) resync(t *rapid.T, db *gorm.DB, c *MItem) {
+func (m *modelMachine) resync(t *rapid.T, db *gorm.DB, c *MItem) {
 	t.Helper()
 	if err := gormplugin.Resync(db, c); err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
 		t.Fatalf("Resync item %d: %v", c.ID, err)
 	}
 }
 
-func (m *machine) step(t *rapid.T, name string) {
+func (m *modelMachine) step(t *rapid.T, name string) {
 	s := m.kinds[name](m, t, m.db)
 	if s == nil {
 		t.Skip("nothing to write")
@@ -1049,13 +1051,13 @@ func (m *machine) step(t *rapid.T, name string) {
 // userTx runs 1–3 steps in the caller's db.Transaction, then commits or
 // rolls back. The plugin cannot see that rollback: structs are put back in
 // step with gormplugin.Resync, as documented.
-func (m *machine) userTx(t *rapid.T) { m.transaction(t, false) }
+func (m *modelMachine) userTx(t *rapid.T) { m.transaction(t, false) }
 
 // lockedTx is userTx in gormplugin.Transaction, whose rollback the plugin
 // sees: every struct must be back where it was without help.
-func (m *machine) lockedTx(t *rapid.T) { m.transaction(t, true) }
+func (m *modelMachine) lockedTx(t *rapid.T) { m.transaction(t, true) }
 
-func (m *machine) transaction(t *rapid.T, locked bool) {
+func (m *modelMachine) transaction(t *rapid.T, locked bool) {
 	n := rapid.IntRange(1, 3).Draw(t, "steps in transaction")
 	rollback := rapid.Bool().Draw(t, "roll back")
 	before := m.snap(t, m.db)
@@ -1071,10 +1073,10 @@ func (m *machine) transaction(t *rapid.T, locked bool) {
 		}
 	}
 	nIDs := len(m.ids)
-	var last snap
+	var last modelSnap
 	var steps int
 	names := m.names
-	if locked && gated("Upsert/LockedTx") {
+	if locked && modelIsGated("Upsert/LockedTx") {
 		names = nil
 		for _, n := range m.names {
 			if !strings.HasPrefix(n, "Upsert/") {
@@ -1098,7 +1100,7 @@ func (m *machine) transaction(t *rapid.T, locked bool) {
 		}
 		last = m.snap(t, tx)
 		if rollback {
-			return errRollback
+			return errModelRollback
 		}
 		return nil
 	}
@@ -1118,17 +1120,17 @@ func (m *machine) transaction(t *rapid.T, locked bool) {
 		m.rereads = nil
 	}()
 	m.outcome("Transaction", err)
-	monotonic(t, "transaction", before, after)
+	checkMonotonic(t, "transaction", before, after)
 	if err == nil {
-		if d := diff(last, after, 0, false); d != "" {
+		if d := snapDiff(last, after, 0, false); d != "" {
 			t.Fatalf("commit: the database is not what fn left: %s", d)
 		}
 		return
 	}
-	if !typedErr(err) {
+	if !modelTypedErr(err) {
 		t.Fatalf("transaction: untyped error %T: %v", err, err)
 	}
-	if d := diff(before, after, 0, false); d != "" {
+	if d := snapDiff(before, after, 0, false); d != "" {
 		t.Fatalf("rolled back (%v) but changed the database: %s", err, d)
 	}
 	// Rows created in the transaction are gone.
@@ -1149,8 +1151,8 @@ func (m *machine) transaction(t *rapid.T, locked bool) {
 					err, c.ID, c.Version, c.DeletedAt, w.v, w.del)
 			}
 			m.resync(t, m.db, c)
-			if row, exists := after.items[c.ID]; exists && c.Version != ver(row.Ver) {
-				t.Fatalf("after rollback, Resync left item %d at %d, row at %s", c.ID, c.Version, nullStr(row.Ver))
+			if row, exists := after.items[c.ID]; exists && c.Version != verOf(row.Ver) {
+				t.Fatalf("after rollback, Resync left item %d at %d, row at %s", c.ID, c.Version, verStr(row.Ver))
 			}
 		}
 	}
@@ -1158,7 +1160,7 @@ func (m *machine) transaction(t *rapid.T, locked bool) {
 
 // reload makes a replica read a row now; copyFrom makes it take another
 // replica's (possibly stale) copy.
-func (m *machine) reload(t *rapid.T) {
+func (m *modelMachine) reload(t *rapid.T) {
 	id := m.pickID(t)
 	if id == 0 {
 		t.Skip("no rows")
@@ -1175,7 +1177,7 @@ func (m *machine) reload(t *rapid.T) {
 	m.replicas[r][id] = &it
 }
 
-func (m *machine) copyFrom(t *rapid.T) {
+func (m *modelMachine) copyFrom(t *rapid.T) {
 	id := m.pickID(t)
 	from := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "from replica")
 	to := rapid.IntRange(0, len(m.replicas)-1).Draw(t, "to replica")
@@ -1183,22 +1185,22 @@ func (m *machine) copyFrom(t *rapid.T) {
 	if c == nil || from == to {
 		t.Skip("nothing to copy")
 	}
-	m.replicas[to][id] = clone(c)
+	m.replicas[to][id] = cloneItem(c)
 }
 
 // check runs after every action: no struct is ahead of its row.
-func (m *machine) check(t *rapid.T) {
+func (m *modelMachine) check(t *rapid.T) {
 	s := m.last // every action that writes leaves its snapshot here
 	for r, rep := range m.replicas {
 		for id, c := range rep {
-			if row, ok := s.items[id]; ok && c.Version > ver(row.Ver) {
-				t.Fatalf("replica %d's item %d is at version %d, ahead of its row (%s)", r, id, c.Version, nullStr(row.Ver))
+			if row, ok := s.items[id]; ok && c.Version > verOf(row.Ver) {
+				t.Fatalf("replica %d's item %d is at version %d, ahead of its row (%s)", r, id, c.Version, verStr(row.Ver))
 			}
 		}
 	}
 }
 
-func modelOps() int64 {
+func modelOpsTarget() int64 {
 	if v := os.Getenv("SQLOCK_MODEL_OPS"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err == nil && n > 0 {
@@ -1208,16 +1210,16 @@ func modelOps() int64 {
 	return 10000
 }
 
-func openSQLiteMemory(t testing.TB, opts ...gormplugin.Option) *gorm.DB {
+func openModelSQLite(t testing.TB, opts ...gormplugin.Option) *gorm.DB {
 	t.Helper()
 	db := openWith(t, sqlite.Open("file::memory:"), opts)
 	sqlOf(t, db).SetMaxOpenConns(1) // one connection: one in-memory database
 	return db
 }
 
-// openSQLiteCheck opens a fresh in-memory database for one rapid check,
+// openModelSQLiteCheck opens a fresh in-memory database for one rapid check,
 // closed when the check ends, with the tables of ddl.
-func openSQLiteCheck(t *rapid.T, ddl []string) *gorm.DB {
+func openModelSQLiteCheck(t *rapid.T, ddl []string) *gorm.DB {
 	db, err := gorm.Open(sqlite.Open("file::memory:"), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		t.Fatalf("open: %v", err)
@@ -1239,25 +1241,25 @@ func openSQLiteCheck(t *rapid.T, ddl []string) *gorm.DB {
 	return db
 }
 
-// sqliteDDL returns the statements that made db's tables (AutoMigrate once,
+// modelSQLiteDDL returns the statements that made db's tables (AutoMigrate once,
 // rather than on every check).
-func sqliteDDL(t testing.TB, db *gorm.DB) []string {
+func modelSQLiteDDL(t testing.TB, db *gorm.DB) []string {
 	var ddl []string
 	must(t, db.Raw("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY type DESC").Scan(&ddl).Error)
 	return ddl
 }
 
-func migrate(t interface{ Fatalf(string, ...any) }, db *gorm.DB) {
+func migrateModel(t interface{ Fatalf(string, ...any) }, db *gorm.DB) {
 	db.Config.DisableForeignKeyConstraintWhenMigrating = true
 	if err := db.AutoMigrate(&MOwner{}, &MItem{}, &MPart{}); err != nil {
-		t.Fatalf("migrate: %v", err)
+		t.Fatalf("migrateModel: %v", err)
 	}
 }
 
 // TestRandomWritesKeepVersionPromises is the model-based test of the
 // plugin's promises; see the top of this file.
 func TestRandomWritesKeepVersionPromises(t *testing.T) {
-	total := modelOps()
+	total := modelOpsTarget()
 	for _, be := range []struct {
 		name  string
 		open  func(testing.TB, ...gormplugin.Option) *gorm.DB
@@ -1266,20 +1268,20 @@ func TestRandomWritesKeepVersionPromises(t *testing.T) {
 		// Under -race, in-process SQLite (modernc, C compiled to Go) is
 		// several times slower per write than PostgreSQL, so PostgreSQL
 		// takes the larger share.
-		{"sqlite", openSQLiteMemory, total * 3 / 10},
+		{"sqlite", openModelSQLite, total * 3 / 10},
 		{"postgres", openPostgres, total - total*3/10},
 	} {
 		t.Run(be.name, func(t *testing.T) {
 			shared := be.open(t)
-			migrate(t, shared)
+			migrateModel(t, shared)
 			var ddl []string
 			if be.name == "sqlite" {
-				ddl = sqliteDDL(t, shared)
+				ddl = modelSQLiteDDL(t, shared)
 			}
 			kinds := modelKinds()
 			var names []string
 			for n := range kinds {
-				if !gated(n) {
+				if !modelIsGated(n) {
 					names = append(names, n)
 				}
 			}
@@ -1309,9 +1311,9 @@ func TestRandomWritesKeepVersionPromises(t *testing.T) {
 						// A database of its own per check: a check that
 						// fails inside GORM's transaction may leave the one
 						// connection busy.
-						db = openSQLiteCheck(t, ddl)
+						db = openModelSQLiteCheck(t, ddl)
 					}
-					m := &machine{db: db, ops: &ops, stats: stats, kinds: kinds, names: names}
+					m := &modelMachine{db: db, ops: &ops, stats: stats, kinds: kinds, names: names}
 					for i, table := range []string{"m_items", "m_parts", "m_owners"} {
 						if err := db.Raw("SELECT COALESCE(MAX(id), 0) FROM " + table).Scan(&m.since[i]).Error; err != nil {
 							t.Fatalf("max id: %v", err)
@@ -1329,7 +1331,7 @@ func TestRandomWritesKeepVersionPromises(t *testing.T) {
 						}
 						m.ids = append(m.ids, c.ID)
 						for _, r := range m.replicas {
-							r[c.ID] = clone(c)
+							r[c.ID] = cloneItem(c)
 						}
 					}
 					m.last = m.snap(t, db)
@@ -1348,7 +1350,7 @@ func TestRandomWritesKeepVersionPromises(t *testing.T) {
 					t.Repeat(actions)
 				})
 			}
-			t.Logf("%d writes on %s (gated: %v)", ops.Load(), be.name, modelGated)
+			t.Logf("%d writes on %s (modelIsGated: %v)", ops.Load(), be.name, modelGated)
 			var lines []string
 			for k, c := range stats {
 				lines = append(lines, fmt.Sprintf("%-26s accepted %5d  stale %5d  hook %5d  refused %5d", k, c[0], c[1], c[2], c[3]))
