@@ -95,10 +95,17 @@
 // generics API's Updates(ctx, value)) are checked like pointers; their
 // version cannot be bumped in place, so re-read after the write.
 //
-// No write lowers a version. An upsert whose DO UPDATE assigns the version
-// column (UpdateAll under SkipVersionCheck, DoUpdates naming it) bumps the
-// existing row's version instead of copying the inserted one, and the
-// row's version is returned into the struct (RETURNING).
+// No write lowers a version. In an upsert's ON CONFLICT … DO UPDATE the
+// version is never copied from the inserted row (UpdateAll under
+// SkipVersionCheck, DoUpdates naming it): the existing row's version is
+// bumped when the DO UPDATE changes the row, and kept when it changes
+// nothing (as GORM's association saves, which rewrite foreign keys to the
+// values they hold). An upsert of one struct is checked: the DO UPDATE
+// applies only to a row at the struct's version, and a conflict with a
+// row at another version writes nothing and fails with
+// *versioned.StaleError. The row's version is returned into the structs
+// (RETURNING). Upserts of a slice and SkipVersionCheck upserts are not
+// checked, only bumped.
 //
 // Association(…).Delete updates the rows that hold the foreign key through
 // a statement GORM builds on a fresh model, where the plugin can neither

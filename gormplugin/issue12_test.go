@@ -12,6 +12,7 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/txlock"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -247,6 +248,14 @@ func TestFailedWriteLeavesStructAsDatabase(t *testing.T) {
 			{"AfterSave", func() error { h.Name = "c"; return db.Save(&h).Error }},
 			{"AfterDelete", func() error { return db.Delete(&h).Error }},
 			{"AfterDelete", func() error { return db.Model(&h).Delete(&HookFail{Fail: "AfterDelete"}).Error }},
+			{"AfterSave", func() error {
+				return db.Scopes(gormplugin.SkipVersionCheck).Clauses(clause.OnConflict{UpdateAll: true}).Create(&h).Error
+			}},
+			{"AfterSave", func() error {
+				h.Name = "upsert"
+				return db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}},
+					DoUpdates: clause.AssignmentColumns([]string{"name"})}).Create(&h).Error
+			}},
 		} {
 			h.Fail = c.hook
 			checkErr(t, c.op(), errHookFailed)
@@ -325,14 +334,18 @@ func TestLockedTransactionRollbackRestoresStructs(t *testing.T) {
 	d := Doc{Title: "a"}
 	must(t, db.Create(&d).Error)
 	boom := errors.New("boom")
+	up := Order{ID: o.ID, Status: "upsert", Version: 1}
+	var created Order
 	err := gormplugin.Transaction(ctx, db, advisory.KeyInt(42), func(tx *gorm.DB) error {
 		must(t, tx.Model(&o).Update("status", "paid").Error)
 		must(t, tx.Delete(&d).Error)
+		must(t, tx.Scopes(gormplugin.SkipVersionCheck).Clauses(clause.OnConflict{UpdateAll: true}).Create(&up).Error)
+		must(t, tx.Create(&created).Error)
 		return boom
-	})
+	}, txlock.WithoutRetry())
 	checkErr(t, err, boom)
-	if o.Version != 1 || d.Rev != 1 || d.DeletedAt.Valid {
-		t.Fatalf("after rollback: order %d, doc %+v", o.Version, d)
+	if o.Version != 1 || d.Rev != 1 || d.DeletedAt.Valid || up.Version != 1 || created.Version != 0 {
+		t.Fatalf("after rollback: order %d, doc %+v, upserted %d, created %d", o.Version, d, up.Version, created.Version)
 	}
 	must(t, db.Model(&o).Update("status", "paid").Error)
 }
@@ -350,19 +363,32 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		if v, s, _ := rowOf(t, db, o.ID); v != 4 || s != "stale" || stale.Version != 4 {
 			t.Fatalf("UpdateAll upsert: row %s/%d, struct %d; want stale/4/4", s, v, stale.Version)
 		}
-		stale.Version = 1
-		must(t, db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}}, DoUpdates: clause.AssignmentColumns([]string{"status", "version"})}).Create(&stale).Error)
-		if v, _, _ := rowOf(t, db, o.ID); v != 5 || stale.Version != 5 {
-			t.Fatalf("DoUpdates with version: row %d, struct %d; want 5/5", v, stale.Version)
+		// Without the opt-out, an upsert of one struct is checked by its
+		// version: a stale one writes nothing and fails stale.
+		byID := []clause.Column{{Name: "id"}}
+		stale.Version, stale.Status = 1, "stale2"
+		err := db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status", "version"})}).Create(&stale).Error
+		checkErr(t, err, versioned.ErrStale)
+		if v, s, _ := rowOf(t, db, o.ID); v != 4 || s != "stale" || stale.Version != 1 {
+			t.Fatalf("stale DoUpdates upsert: row %s/%d, struct %d; want stale/4/1", s, v, stale.Version)
 		}
-		stale.Version = 1
-		must(t, db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}}, DoUpdates: clause.Assignments(map[string]any{"version": 1})}).Create(&stale).Error)
-		if v, _, _ := rowOf(t, db, o.ID); v != 6 || stale.Version != 6 {
-			t.Fatalf("DoUpdates version=1: row %d, struct %d; want 6/6", v, stale.Version)
+		fresh := Order{ID: o.ID, Status: "fresh", Version: 4}
+		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status", "version"})}).Create(&fresh).Error)
+		if v, s, _ := rowOf(t, db, o.ID); v != 5 || s != "fresh" || fresh.Version != 5 {
+			t.Fatalf("DoUpdates with version: row %s/%d, struct %d; want fresh/5/5", s, v, fresh.Version)
+		}
+		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.Assignments(map[string]any{"version": 1})}).Create(&fresh).Error)
+		if v, _, _ := rowOf(t, db, o.ID); v != 6 || fresh.Version != 6 {
+			t.Fatalf("DoUpdates version=1: row %d, struct %d; want 6/6", v, fresh.Version)
+		}
+		// A DO UPDATE that changes nothing does not bump.
+		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&fresh).Error)
+		if v, _, _ := rowOf(t, db, o.ID); v != 6 || fresh.Version != 6 {
+			t.Fatalf("DoUpdates without a change: row %d, struct %d; want 6/6", v, fresh.Version)
 		}
 		// A writer two versions behind still fails.
 		old := o
-		old.Version = 4
+		old.Version = 5
 		checkErr(t, db.Model(&old).Update("status", "x").Error, versioned.ErrStale)
 		// An insert through the same upsert is an ordinary create.
 		n := Order{Status: "new"}
@@ -374,7 +400,7 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		// each row bumped, each struct given its row's version.
 		rows := []Order{{ID: o.ID, Status: "s1", Version: 1}, {ID: n.ID, Status: "s2", Version: 1}, {Status: "s3"}}
 		must(t, db.Scopes(gormplugin.SkipVersionCheck).Save(&rows).Error)
-		for i, want := range []int64{7, 2, 1} {
+		for i, want := range []int64{7, 2, 1} { // 6 → 7, 1 → 2, inserted
 			if v, s, _ := rowOf(t, db, rows[i].ID); v != want || rows[i].Version != want || s != rows[i].Status {
 				t.Fatalf("Save of a slice, row %d: %s/%d, struct %d; want %s/%d", i, s, v, rows[i].Version, rows[i].Status, want)
 			}

@@ -36,8 +36,9 @@ func (skipMarker) MergeClause(c *clause.Clause) { c.Expression = skipMarker{} }
 // gets its version bumped, so that optimistic writers holding the old
 // version notice. The in-memory version is left as it was (the new one is
 // not known): re-read the row. It also permits ON CONFLICT upserts that
-// update every column, which are otherwise refused on versioned models
-// (their version assignment is a bump too). It
+// update every column, which are otherwise refused on versioned models;
+// their version assignment is a bump too, and their RETURNING gives the
+// struct the row's version. It
 // is named on purpose: Unscoped keeps its GORM meaning (no soft-delete
 // filter) and does not affect versioning.
 //

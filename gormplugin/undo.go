@@ -79,15 +79,15 @@ func (p *Plugin) recordUndo(stmt *gorm.Statement, g *guard) {
 	l.mu.Unlock()
 }
 
-// recordCreateUndo notes the structs a held create gave version 1.
+// recordCreateUndo notes the versions a held create gave its structs.
 func (p *Plugin) recordCreateUndo(stmt *gorm.Statement, cs *createState) {
 	l := p.logOf(stmt)
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
-	for _, rv := range cs.set {
-		l.entries = append(l.entries, undoEntry{m: cs.m, rv: rv, ver: 0})
+	for _, w := range cs.was {
+		l.entries = append(l.entries, undoEntry{m: cs.m, rv: w.rv, ver: w.ver})
 	}
 	l.mu.Unlock()
 }

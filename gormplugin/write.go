@@ -607,11 +607,13 @@ func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, err error) {
 
 // createState is what a versioned create leaves for the callbacks after
 // it: the statement settings the plugin changed (put back once the INSERT
-// is built and sent) and the versions it set (put back if the create does
-// not hold).
+// is built and sent) and the versions it may change in memory (put back if
+// the create does not hold).
 type createState struct {
 	m          *model
-	set        []reflect.Value // structs whose zero version the plugin made 1
+	was        []verWas // structs whose version the create sets (to 1, or from RETURNING)
+	upsert     bool     // an ON CONFLICT … DO UPDATE
+	checked    bool     // … of one struct, checked against its version
 	wrote      bool
 	selects    []string
 	omits      []string
@@ -619,6 +621,12 @@ type createState struct {
 	conflict   *clause.Clause // the caller's ON CONFLICT, when the plugin rewrote it
 	returning  *clause.Clause // the RETURNING before the plugin added the version to it
 	retAdded   bool           // the plugin added the RETURNING clause
+}
+
+// verWas is a struct's version before a create.
+type verWas struct {
+	rv  reflect.Value
+	ver int64
 }
 
 func (*createState) Build(clause.Builder) {}
@@ -632,14 +640,15 @@ func (p *Plugin) beforeCreate(db *gorm.DB) {
 	cs := &createState{m: m}
 	if c, ok := stmt.Clauses["ON CONFLICT"]; ok {
 		oc, _ := c.Expression.(clause.OnConflict)
-		if oc.UpdateAll && !skipped(db) {
+		skip := skipped(db)
+		if oc.UpdateAll && !skip {
 			db.AddError(&UnsupportedError{Table: stmt.Table, Op: "create",
 				Reason: "an upsert that updates every column would overwrite a newer row without a version check " +
 					"(this is what Save of a slice does): update rows one at a time, or opt out with SkipVersionCheck"})
 			return
 		}
 		if !oc.DoNothing && (oc.UpdateAll || len(oc.DoUpdates) > 0) {
-			cs.monotonicUpsert(stmt, c)
+			cs.monotonicUpsert(stmt, c, !skip)
 		}
 	}
 	if !cs.selectVersion(stmt) {
@@ -684,28 +693,52 @@ func (cs *createState) selectVersion(stmt *gorm.Statement) bool {
 	return included()
 }
 
-// monotonicUpsert makes an ON CONFLICT … DO UPDATE that assigns the
-// version (UpdateAll, DoUpdates naming it) bump the existing row's version
-// instead, so that no upsert ever lowers it, and has the row's version
-// returned into the struct.
-func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause) {
+// monotonicUpsert versions an ON CONFLICT … DO UPDATE: the version is
+// never copied from the inserted row (UpdateAll, DoUpdates naming it) but
+// bumped when the DO UPDATE changes the row, an upsert of one struct
+// (unless opted out) updates only a row at the struct's version, and the
+// row's version is returned into the structs (RETURNING).
+func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, check bool) {
 	m := cs.m
 	saved := c
 	cs.conflict = &saved
+	cs.upsert = true
+	rv := stmt.ReflectValue
+	switch rv.Kind() {
+	case reflect.Struct:
+		cs.checked = check
+		cs.note(stmt.Context, rv)
+	case reflect.Slice, reflect.Array:
+		for i := 0; i < rv.Len(); i++ {
+			if e := reflect.Indirect(rv.Index(i)); e.Kind() == reflect.Struct {
+				cs.note(stmt.Context, e)
+			}
+		}
+	default:
+		cs.checked = check && rv.Kind() == reflect.Map // one row from a map
+	}
+	distinct := " IS DISTINCT FROM "
+	if stmt.Dialector.Name() == "sqlite" {
+		distinct = " IS NOT "
+	}
+	checked := cs.checked
 	// GORM expands UpdateAll into DoUpdates while it builds the INSERT, after
-	// every callback before it: rewrite the version's assignment as the
-	// clause is built.
+	// every callback before it: rewrite the assignments as the clause is
+	// built.
 	c.Builder = func(c clause.Clause, b clause.Builder) {
 		if oc, ok := c.Expression.(clause.OnConflict); ok && !oc.DoNothing {
-			ups := make(clause.Set, 0, len(oc.DoUpdates))
+			ups := make(clause.Set, 0, len(oc.DoUpdates)+1)
 			for _, a := range oc.DoUpdates {
-				if a.Column.Name == m.column || a.Column.Name == m.ver.Name {
-					a = clause.Assignment{Column: clause.Column{Name: m.column},
-						Value: clause.Expr{SQL: "COALESCE(?, 0) + 1", Vars: []any{m.qcol}}}
+				if a.Column.Name != m.column && a.Column.Name != m.ver.Name {
+					ups = append(ups, a)
 				}
-				ups = append(ups, a)
 			}
-			oc.DoUpdates = ups
+			bump := bumpIfChanged{m: m, set: ups[:len(ups):len(ups)], distinct: distinct}
+			oc.DoUpdates = append(ups, clause.Assignment{Column: clause.Column{Name: m.column}, Value: bump})
+			if checked {
+				oc.Where.Exprs = append(oc.Where.Exprs[:len(oc.Where.Exprs):len(oc.Where.Exprs)],
+					clause.Expr{SQL: "? = ?", Vars: []any{m.qcol, clause.Column{Table: "excluded", Name: m.column}}})
+			}
 			c.Expression = oc
 		}
 		c.Builder = nil
@@ -713,7 +746,7 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause) {
 	}
 	stmt.Clauses["ON CONFLICT"] = c
 
-	if k := stmt.ReflectValue.Kind(); k != reflect.Struct && k != reflect.Slice && k != reflect.Array {
+	if k := rv.Kind(); k != reflect.Struct && k != reflect.Slice && k != reflect.Array {
 		return // creates from maps have nothing to scan the version into
 	}
 	ver := clause.Column{Name: m.column}
@@ -736,6 +769,46 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause) {
 	}
 	stmt.AddClause(clause.Returning{Columns: append(cols, ver)})
 	cs.retAdded = true
+}
+
+// note records rv's version before the create.
+func (cs *createState) note(ctx context.Context, rv reflect.Value) {
+	if v, err := cs.m.get(ctx, rv); err == nil && cs.m.ver.ReflectValueOf(ctx, rv).CanSet() {
+		cs.was = append(cs.was, verWas{rv: rv, ver: v})
+	}
+}
+
+// bumpIfChanged is the version's value in an upsert's DO UPDATE: the
+// existing row's version plus one when any other assignment changes the
+// row, else the version it has (GORM's association saves rewrite foreign
+// keys to the values they already hold).
+type bumpIfChanged struct {
+	m        *model
+	set      clause.Set
+	distinct string
+}
+
+func (e bumpIfChanged) Build(b clause.Builder) {
+	if len(e.set) > 0 {
+		b.WriteString("CASE WHEN ")
+		for i, a := range e.set {
+			if i > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: a.Column.Name})
+			b.WriteString(e.distinct)
+			b.AddVar(b, a.Value)
+		}
+		b.WriteString(" THEN ")
+	}
+	b.WriteString("COALESCE(")
+	b.WriteQuoted(e.m.qcol)
+	b.WriteString(", 0) + 1")
+	if len(e.set) > 0 {
+		b.WriteString(" ELSE ")
+		b.WriteQuoted(e.m.qcol)
+		b.WriteString(" END")
+	}
 }
 
 // restoreStatement puts back the statement settings beforeCreate changed,
@@ -771,10 +844,27 @@ func createStateOf(stmt *gorm.Statement) *createState {
 // INSERT ran and gives the caller's chain back its settings.
 func (p *Plugin) afterCreate(db *gorm.DB) {
 	stmt := db.Statement
-	if cs := createStateOf(stmt); cs != nil {
-		cs.wrote = db.Error == nil && !db.DryRun
-		cs.restoreStatement(stmt)
+	cs := createStateOf(stmt)
+	if cs == nil {
+		return
 	}
+	cs.restoreStatement(stmt)
+	if db.Error != nil || db.DryRun {
+		return
+	}
+	if cs.checked && db.RowsAffected == 0 {
+		// The row was there and its version was not the struct's: the
+		// DO UPDATE's WHERE left it alone.
+		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
+		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
+			se.Key = cs.m.key(stmt.Context, rv)
+			se.Expected, _ = cs.m.get(stmt.Context, rv)
+		}
+		p.stale(stmt.Context, stmt.Table, se)
+		db.AddError(se)
+		return
+	}
+	cs.wrote = true
 }
 
 // finishCreate runs after GORM's commit or rollback: a create that failed
@@ -793,13 +883,13 @@ func (p *Plugin) finishCreate(db *gorm.DB) {
 		}
 	}
 	if held {
-		if len(cs.set) > 0 {
+		if len(cs.was) > 0 {
 			p.recordCreateUndo(stmt, cs)
 		}
 		return
 	}
-	for _, rv := range cs.set {
-		cs.m.set(stmt.Context, rv, 0)
+	for _, w := range cs.was {
+		cs.m.set(stmt.Context, w.rv, w.ver)
 	}
 }
 
@@ -841,8 +931,8 @@ func initVersions(ctx context.Context, cs *createState, rv reflect.Value, dest a
 }
 
 func (cs *createState) initStruct(ctx context.Context, rv reflect.Value) {
-	if cs.m.ver.ReflectValueOf(ctx, rv).IsZero() && cs.m.set(ctx, rv, 1) {
-		cs.set = append(cs.set, rv)
+	if cs.m.ver.ReflectValueOf(ctx, rv).IsZero() && cs.m.set(ctx, rv, 1) && !cs.upsert {
+		cs.was = append(cs.was, verWas{rv: rv}) // an upsert noted every struct already
 	}
 }
 
