@@ -318,6 +318,7 @@ type modelMachine struct {
 	since    [3]uint   // the highest item, part and owner ids before this check
 	last     modelSnap // the database after the last action
 	ops      *atomic.Int64
+	probe    bool               // the plugin runs WithProbe
 	rereads  []*MItem           // structs to re-read when the transaction ends
 	stats    map[string]*[4]int // per kind: accepted, stale, hook failed, refused otherwise
 	kinds    map[string]func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep
@@ -877,6 +878,10 @@ func (m *modelMachine) checkStep(t *rapid.T, db *gorm.DB, s *modelStep, before, 
 				t.Fatalf("%s failed (%v) but the struct's deleted_at moved from %v to %v", s.desc, err, prevDel, s.c.DeletedAt)
 			}
 		}
+		var se *versioned.StaleError
+		if m.probe && s.eff == effWrite && errors.As(err, &se) {
+			m.checkProbe(t, s, se, b, existed)
+		}
 		if errors.Is(err, errModelHook) || (s.refuse && errors.Is(err, gormplugin.ErrUnsupported)) {
 			return
 		}
@@ -1013,6 +1018,25 @@ func (m *modelMachine) checkStep(t *rapid.T, db *gorm.DB, s *modelStep, before, 
 		t.Fatalf("%s: struct version %d, row %d at %s", s.desc, s.c.Version, s.row, verStr(a.Ver))
 	case s.softDel && (a.Deleted == "" || !s.c.DeletedAt.Valid):
 		t.Fatalf("%s: soft delete: row deleted_at %q, struct %v", s.desc, a.Deleted, s.c.DeletedAt)
+	}
+}
+
+// checkProbe compares what WithProbe found with the row before the step.
+func (m *modelMachine) checkProbe(t *rapid.T, s *modelStep, se *versioned.StaleError, b modelItemRow, existed bool) {
+	t.Helper()
+	switch {
+	case se.ProbeErr != nil:
+		t.Fatalf("%s: the probe failed: %v", s.desc, se.ProbeErr)
+	case !existed:
+		if se.State != versioned.RowGone {
+			t.Fatalf("%s: row %d is gone, the probe says %v (current %d)", s.desc, s.row, se.State, se.Current)
+		}
+	case se.State == versioned.RowGone:
+		t.Fatalf("%s: row %d is there (%+v), the probe says it is gone", s.desc, s.row, b)
+	case se.Current != verOf(b.Ver):
+		t.Fatalf("%s: row %d is at %s, the probe says %d", s.desc, s.row, verStr(b.Ver), se.Current)
+	case (se.State == versioned.RowChanged) != (se.Current != se.Expected):
+		t.Fatalf("%s: probe state %v with current %d, expected %d", s.desc, se.State, se.Current, se.Expected)
 	}
 }
 
@@ -1219,7 +1243,7 @@ func openModelSQLite(t testing.TB, opts ...gormplugin.Option) *gorm.DB {
 
 // openModelSQLiteCheck opens a fresh in-memory database for one rapid check,
 // closed when the check ends, with the tables of ddl.
-func openModelSQLiteCheck(t *rapid.T, ddl []string) *gorm.DB {
+func openModelSQLiteCheck(t *rapid.T, ddl []string, opts ...gormplugin.Option) *gorm.DB {
 	db, err := gorm.Open(sqlite.Open("file::memory:"), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		t.Fatalf("open: %v", err)
@@ -1230,7 +1254,7 @@ func openModelSQLiteCheck(t *rapid.T, ddl []string) *gorm.DB {
 	}
 	sqlDB.SetMaxOpenConns(1) // one connection: one in-memory database
 	t.Cleanup(func() { sqlDB.Close() })
-	if err := db.Use(gormplugin.New()); err != nil {
+	if err := db.Use(gormplugin.New(opts...)); err != nil {
 		t.Fatalf("use: %v", err)
 	}
 	for _, q := range ddl {
@@ -1274,6 +1298,10 @@ func TestRandomWritesKeepVersionPromises(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			shared := be.open(t)
 			migrateModel(t, shared)
+			// The same database through a plugin WithProbe.
+			probed, err := gorm.Open(shared.Dialector, &gorm.Config{Logger: logger.Discard, ConnPool: sqlOf(t, shared)})
+			must(t, err)
+			must(t, probed.Use(gormplugin.New(gormplugin.WithProbe())))
 			var ddl []string
 			if be.name == "sqlite" {
 				ddl = modelSQLiteDDL(t, shared)
@@ -1304,16 +1332,24 @@ func TestRandomWritesKeepVersionPromises(t *testing.T) {
 						}
 					}()
 					db := shared
+					probe := rapid.Bool().Draw(t, "WithProbe")
+					if probe {
+						db = probed
+					}
 					if be.name == "postgres" && rapid.Bool().Draw(t, "PrepareStmt") {
-						db = shared.Session(&gorm.Session{PrepareStmt: true})
+						db = db.Session(&gorm.Session{PrepareStmt: true})
 					}
 					if be.name == "sqlite" {
 						// A database of its own per check: a check that
 						// fails inside GORM's transaction may leave the one
 						// connection busy.
-						db = openModelSQLiteCheck(t, ddl)
+						var opts []gormplugin.Option
+						if probe {
+							opts = append(opts, gormplugin.WithProbe())
+						}
+						db = openModelSQLiteCheck(t, ddl, opts...)
 					}
-					m := &modelMachine{db: db, ops: &ops, stats: stats, kinds: kinds, names: names}
+					m := &modelMachine{db: db, probe: probe, ops: &ops, stats: stats, kinds: kinds, names: names}
 					for i, table := range []string{"m_items", "m_parts", "m_owners"} {
 						if err := db.Raw("SELECT COALESCE(MAX(id), 0) FROM " + table).Scan(&m.since[i]).Error; err != nil {
 							t.Fatalf("max id: %v", err)
@@ -1350,7 +1386,7 @@ func TestRandomWritesKeepVersionPromises(t *testing.T) {
 					t.Repeat(actions)
 				})
 			}
-			t.Logf("%d writes on %s (modelIsGated: %v)", ops.Load(), be.name, modelGated)
+			t.Logf("%d writes on %s (gated: %v)", ops.Load(), be.name, modelGated)
 			var lines []string
 			for k, c := range stats {
 				lines = append(lines, fmt.Sprintf("%-26s accepted %5d  stale %5d  hook %5d  refused %5d", k, c[0], c[1], c[2], c[3]))
