@@ -490,3 +490,23 @@ func TestDocumentedVersionTagMigratesNotNullDefault1(t *testing.T) {
 		must(t, db.Delete(&o).Error)
 	})
 }
+
+// TestNonComparableValuesDoNotPanic: writes given a versioned struct by
+// value whose type holds a slice (not comparable with ==) behave as GORM
+// does, without a panic.
+func TestNonComparableValuesDoNotPanic(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+		must(t, db.AutoMigrate(&Shelf{}, &Item{}))
+		s := Shelf{Name: "s"}
+		must(t, db.Create(&s).Error)
+		must(t, db.Model(s).Update("name", "t").Error)
+		checkErr(t, db.Model(s).Update("name", "u").Error, versioned.ErrStale) // s is still at version 1
+		s.Version = 2
+		must(t, db.Delete(s).Error)
+		var n int64
+		must(t, db.Model(&Shelf{}).Count(&n).Error)
+		if n != 0 {
+			t.Fatalf("%d shelves left", n)
+		}
+	})
+}

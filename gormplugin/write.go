@@ -120,7 +120,7 @@ func (p *Plugin) versionedModel(db *gorm.DB) *model {
 //     so the Model's version is checked.
 func (g *guard) subject(stmt *gorm.Statement) (rv reflect.Value, keyWhere bool) {
 	rv = stmt.ReflectValue
-	if rv.Kind() != reflect.Struct || stmt.Dest == stmt.Model || stmt.Model == nil || stmt.Dest == nil {
+	if rv.Kind() != reflect.Struct || stmt.Model == nil || stmt.Dest == nil || same(stmt.Dest, stmt.Model) {
 		return rv, false
 	}
 	ctx := stmt.Context
@@ -148,6 +148,20 @@ func (g *guard) subject(stmt *gorm.Statement) (rv reflect.Value, keyWhere bool) 
 		return rv, false // a struct of plain values: a batch write
 	}
 	return ov, true
+}
+
+// same reports whether a and b are one value: the same pointer, or copies
+// GORM made of one value (Model = Dest), which may not be comparable with
+// == (a struct holding a slice).
+func same(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	if va.Type() != vb.Type() {
+		return false
+	}
+	if !va.Comparable() || !vb.Comparable() {
+		return true
+	}
+	return va.Equal(vb)
 }
 
 // plan decides how a single statement is versioned: checked against the
