@@ -96,11 +96,12 @@
 // version cannot be bumped in place, so re-read after the write.
 //
 // No write lowers a version. In an upsert's ON CONFLICT … DO UPDATE the
-// version is never copied from the inserted row (UpdateAll under
-// SkipVersionCheck, DoUpdates naming it): the existing row's version is
-// bumped when the DO UPDATE changes the row, and kept when it changes
-// nothing (as GORM's association saves, which rewrite foreign keys to the
-// values they hold). An upsert of one struct is checked: the DO UPDATE
+// version is never copied from the inserted row: a DO UPDATE that assigns
+// it (UpdateAll under SkipVersionCheck, DoUpdates naming it) bumps the
+// existing row's version instead; one that does not bumps it when it
+// changes the row, and keeps it when it changes nothing (as GORM's
+// association saves, which rewrite foreign keys to the values they hold,
+// do). An upsert of one struct is checked: the DO UPDATE
 // applies only to a row at the struct's version, and a conflict with a
 // row at another version writes nothing and fails with
 // *versioned.StaleError. The row's version is returned into the structs

@@ -381,14 +381,24 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		if v, _, _ := rowOf(t, db, o.ID); v != 6 || fresh.Version != 6 {
 			t.Fatalf("DoUpdates version=1: row %d, struct %d; want 6/6", v, fresh.Version)
 		}
-		// A DO UPDATE that changes nothing does not bump.
+		// A DO UPDATE that names the version bumps even when nothing else
+		// changes; one that does not name it bumps only on a change.
+		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status", "version"})}).Create(&fresh).Error)
+		if v, _, _ := rowOf(t, db, o.ID); v != 7 || fresh.Version != 7 {
+			t.Fatalf("DoUpdates naming the version, no change: row %d, struct %d; want 7/7", v, fresh.Version)
+		}
 		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&fresh).Error)
-		if v, _, _ := rowOf(t, db, o.ID); v != 6 || fresh.Version != 6 {
-			t.Fatalf("DoUpdates without a change: row %d, struct %d; want 6/6", v, fresh.Version)
+		if v, _, _ := rowOf(t, db, o.ID); v != 7 || fresh.Version != 7 {
+			t.Fatalf("DoUpdates without a change: row %d, struct %d; want 7/7", v, fresh.Version)
+		}
+		fresh.Status = "changed"
+		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&fresh).Error)
+		if v, s, _ := rowOf(t, db, o.ID); v != 8 || s != "changed" || fresh.Version != 8 {
+			t.Fatalf("DoUpdates with a change: row %s/%d, struct %d; want changed/8/8", s, v, fresh.Version)
 		}
 		// A writer two versions behind still fails.
 		old := o
-		old.Version = 5
+		old.Version = 6
 		checkErr(t, db.Model(&old).Update("status", "x").Error, versioned.ErrStale)
 		// An insert through the same upsert is an ordinary create.
 		n := Order{Status: "new"}
@@ -400,7 +410,7 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		// each row bumped, each struct given its row's version.
 		rows := []Order{{ID: o.ID, Status: "s1", Version: 1}, {ID: n.ID, Status: "s2", Version: 1}, {Status: "s3"}}
 		must(t, db.Scopes(gormplugin.SkipVersionCheck).Save(&rows).Error)
-		for i, want := range []int64{7, 2, 1} { // 6 → 7, 1 → 2, inserted
+		for i, want := range []int64{9, 2, 1} { // 8 → 9, 1 → 2, inserted
 			if v, s, _ := rowOf(t, db, rows[i].ID); v != want || rows[i].Version != want || s != rows[i].Status {
 				t.Fatalf("Save of a slice, row %d: %s/%d, struct %d; want %s/%d", i, s, v, rows[i].Version, rows[i].Status, want)
 			}

@@ -708,8 +708,9 @@ func (cs *createState) selectVersion(stmt *gorm.Statement) bool {
 }
 
 // monotonicUpsert versions an ON CONFLICT … DO UPDATE: the version is
-// never copied from the inserted row (UpdateAll, DoUpdates naming it) but
-// bumped when the DO UPDATE changes the row, an upsert of one struct
+// never copied from the inserted row but bumped (UpdateAll, DoUpdates
+// naming it), or bumped when the DO UPDATE changes the row (DoUpdates not
+// naming it), an upsert of one struct
 // (unless opted out) updates only a row at the struct's version, and the
 // row's version is returned into the structs (RETURNING).
 func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, check bool) {
@@ -742,12 +743,18 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, ch
 	c.Builder = func(c clause.Clause, b clause.Builder) {
 		if oc, ok := c.Expression.(clause.OnConflict); ok && !oc.DoNothing {
 			ups := make(clause.Set, 0, len(oc.DoUpdates)+1)
+			named := false
 			for _, a := range oc.DoUpdates {
-				if a.Column.Name != m.column && a.Column.Name != m.ver.Name {
+				if a.Column.Name == m.column || a.Column.Name == m.ver.Name {
+					named = true
+				} else {
 					ups = append(ups, a)
 				}
 			}
-			bump := bumpIfChanged{m: m, set: ups[:len(ups):len(ups)], distinct: distinct}
+			bump := bumpIfChanged{m: m, distinct: distinct}
+			if !named {
+				bump.set = ups[:len(ups):len(ups)]
+			}
 			oc.DoUpdates = append(ups, clause.Assignment{Column: clause.Column{Name: m.column}, Value: bump})
 			if checked {
 				oc.Where.Exprs = append(oc.Where.Exprs[:len(oc.Where.Exprs):len(oc.Where.Exprs)],
@@ -793,9 +800,10 @@ func (cs *createState) note(ctx context.Context, rv reflect.Value) {
 }
 
 // bumpIfChanged is the version's value in an upsert's DO UPDATE: the
-// existing row's version plus one when any other assignment changes the
-// row, else the version it has (GORM's association saves rewrite foreign
-// keys to the values they already hold).
+// existing row's version plus one — when set is not empty, only if one of
+// its assignments changes the row, else the version it has (GORM's
+// association saves rewrite foreign keys to the values they already
+// hold).
 type bumpIfChanged struct {
 	m        *model
 	set      clause.Set
