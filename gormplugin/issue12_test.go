@@ -520,3 +520,19 @@ func TestNonComparableValuesDoNotPanic(t *testing.T) {
 		}
 	})
 }
+
+// TestStaleUpsertProbe: with WithProbe, a checked upsert that fails stale
+// says what the row holds, like any other stale write.
+func TestStaleUpsertProbe(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+		must(t, db.AutoMigrate(&Order{}))
+		o := newOrder(t, db, 3)
+		stale := Order{ID: o.ID, Status: "stale", Version: 1}
+		err := db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}},
+			DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&stale).Error
+		var se *versioned.StaleError
+		if !errors.As(err, &se) || se.State != versioned.RowChanged || se.Current != 3 || se.Expected != 1 || se.Table != "orders" {
+			t.Fatalf("stale upsert: %v (%#v)", err, se)
+		}
+	}, gormplugin.WithProbe())
+}

@@ -877,11 +877,12 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 	if cs.checked && db.RowsAffected == 0 {
 		// The row was there and its version was not the struct's: the
 		// DO UPDATE's WHERE left it alone.
-		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
 		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
-			se.Key = cs.m.key(stmt.Context, rv)
-			se.Expected, _ = cs.m.get(stmt.Context, rv)
+			exp, _ := cs.m.get(stmt.Context, rv)
+			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: exp, op: versioned.OpUpdate}))
+			return
 		}
+		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
 		p.stale(stmt.Context, stmt.Table, se)
 		db.AddError(se)
 		return
