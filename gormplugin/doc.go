@@ -96,17 +96,19 @@
 // version cannot be bumped in place, so re-read after the write.
 //
 // No write lowers a version. In an upsert's ON CONFLICT … DO UPDATE the
-// version is never copied from the inserted row: a DO UPDATE that assigns
-// it (UpdateAll under SkipVersionCheck, DoUpdates naming it) bumps the
-// existing row's version instead; one that does not bumps it when it
-// changes the row, and keeps it when it changes nothing (as GORM's
-// association saves, which rewrite foreign keys to the values they hold,
-// do). An upsert of one struct is checked: the DO UPDATE
-// applies only to a row at the struct's version, and a conflict with a
-// row at another version writes nothing and fails with
-// *versioned.StaleError. The row's version is returned into the structs
-// (RETURNING). Upserts of a slice and SkipVersionCheck upserts are not
-// checked, only bumped.
+// version is never copied from the inserted row: it is bumped. An upsert
+// of one struct is checked like an update: its DO UPDATE applies only to
+// a row at the struct's version, and always bumps it; a struct at version
+// 0 (never loaded) cannot update a row that is there, and a loaded struct
+// cannot recreate a row that is gone — each writes nothing and fails with
+// *versioned.StaleError (RowGone for the second; GORM's implicit
+// transaction rolls the INSERT back, inside your own transaction roll
+// back on the error). Upserts of a slice (GORM's association saves, which
+// rewrite foreign keys to the values they hold) and SkipVersionCheck
+// upserts are not checked: a DO UPDATE that names the version (UpdateAll,
+// DoUpdates with it) bumps every row it updates, one that does not bumps
+// only the rows it changes. The row's version is returned into the
+// structs (RETURNING).
 //
 // Association(…).Delete updates the rows that hold the foreign key through
 // a statement GORM builds on a fresh model, where the plugin can neither

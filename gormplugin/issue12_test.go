@@ -363,6 +363,12 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		if v, s, _ := rowOf(t, db, o.ID); v != 4 || s != "stale" || stale.Version != 4 {
 			t.Fatalf("UpdateAll upsert: row %s/%d, struct %d; want stale/4/4", s, v, stale.Version)
 		}
+		// An insert through the same upsert is an ordinary create.
+		n := Order{Status: "new"}
+		must(t, db.Scopes(gormplugin.SkipVersionCheck).Clauses(clause.OnConflict{UpdateAll: true}).Create(&n).Error)
+		if v, _, _ := rowOf(t, db, n.ID); v != 1 || n.Version != 1 {
+			t.Fatalf("upsert that inserted: row %d, struct %d", v, n.Version)
+		}
 		// Without the opt-out, an upsert of one struct is checked by its
 		// version: a stale one writes nothing and fails stale.
 		byID := []clause.Column{{Name: "id"}}
@@ -381,36 +387,49 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		if v, _, _ := rowOf(t, db, o.ID); v != 6 || fresh.Version != 6 {
 			t.Fatalf("DoUpdates version=1: row %d, struct %d; want 6/6", v, fresh.Version)
 		}
-		// A DO UPDATE that names the version bumps even when nothing else
-		// changes; one that does not name it bumps only on a change.
+		// A checked upsert bumps whether or not anything else changes.
 		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status", "version"})}).Create(&fresh).Error)
-		if v, _, _ := rowOf(t, db, o.ID); v != 7 || fresh.Version != 7 {
-			t.Fatalf("DoUpdates naming the version, no change: row %d, struct %d; want 7/7", v, fresh.Version)
-		}
 		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&fresh).Error)
-		if v, _, _ := rowOf(t, db, o.ID); v != 7 || fresh.Version != 7 {
-			t.Fatalf("DoUpdates without a change: row %d, struct %d; want 7/7", v, fresh.Version)
+		if v, _, _ := rowOf(t, db, o.ID); v != 8 || fresh.Version != 8 {
+			t.Fatalf("checked upserts without a change: row %d, struct %d; want 8/8", v, fresh.Version)
 		}
+		// A struct that was never loaded (version 0) cannot update a row
+		// that is there; a loaded one cannot recreate a row that is gone.
+		newer := Order{ID: o.ID, Status: "newer"}
+		checkErr(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&newer).Error, versioned.ErrStale)
+		if v, s, _ := rowOf(t, db, o.ID); v != 8 || s != "fresh" || newer.Version != 0 {
+			t.Fatalf("upsert of a new struct over a row: row %s/%d, struct %d", s, v, newer.Version)
+		}
+		gone := newOrder(t, db, 2)
+		must(t, db.Exec("DELETE FROM orders WHERE id = ?", gone.ID).Error)
+		err = db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&gone).Error
+		var se *versioned.StaleError
+		if !errors.As(err, &se) || se.State != versioned.RowGone || gone.Version != 2 {
+			t.Fatalf("upsert of a copy of a deleted row: %v, struct %d", err, gone.Version)
+		}
+		if _, _, found := rowOf(t, db, gone.ID); found {
+			t.Fatal("upsert of a copy of a deleted row recreated it")
+		}
+		// An unchecked upsert (a slice, as GORM's association saves write)
+		// bumps the rows it changes and only those.
 		fresh.Status = "changed"
-		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&fresh).Error)
-		if v, s, _ := rowOf(t, db, o.ID); v != 8 || s != "changed" || fresh.Version != 8 {
-			t.Fatalf("DoUpdates with a change: row %s/%d, struct %d; want changed/8/8", s, v, fresh.Version)
+		pair := []Order{fresh, {ID: n.ID, Status: n.Status, Version: n.Version}}
+		must(t, db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&pair).Error)
+		if v, s, _ := rowOf(t, db, o.ID); v != 9 || s != "changed" || pair[0].Version != 9 {
+			t.Fatalf("slice upsert, changed row: %s/%d, struct %d; want changed/9/9", s, v, pair[0].Version)
+		}
+		if v, _, _ := rowOf(t, db, n.ID); v != 1 || pair[1].Version != 1 {
+			t.Fatalf("slice upsert, unchanged row: %d, struct %d; want 1/1", v, pair[1].Version)
 		}
 		// A writer two versions behind still fails.
 		old := o
-		old.Version = 6
+		old.Version = 7
 		checkErr(t, db.Model(&old).Update("status", "x").Error, versioned.ErrStale)
-		// An insert through the same upsert is an ordinary create.
-		n := Order{Status: "new"}
-		must(t, db.Scopes(gormplugin.SkipVersionCheck).Clauses(clause.OnConflict{UpdateAll: true}).Create(&n).Error)
-		if v, _, _ := rowOf(t, db, n.ID); v != 1 || n.Version != 1 {
-			t.Fatalf("upsert that inserted: row %d, struct %d", v, n.Version)
-		}
 		// Save of a slice under SkipVersionCheck is an UpdateAll upsert:
 		// each row bumped, each struct given its row's version.
 		rows := []Order{{ID: o.ID, Status: "s1", Version: 1}, {ID: n.ID, Status: "s2", Version: 1}, {Status: "s3"}}
 		must(t, db.Scopes(gormplugin.SkipVersionCheck).Save(&rows).Error)
-		for i, want := range []int64{9, 2, 1} { // 8 → 9, 1 → 2, inserted
+		for i, want := range []int64{10, 2, 1} { // 9 → 10, 1 → 2, inserted
 			if v, s, _ := rowOf(t, db, rows[i].ID); v != want || rows[i].Version != want || s != rows[i].Status {
 				t.Fatalf("Save of a slice, row %d: %s/%d, struct %d; want %s/%d", i, s, v, rows[i].Version, rows[i].Status, want)
 			}

@@ -662,7 +662,7 @@ func (p *Plugin) beforeCreate(db *gorm.DB) {
 			return
 		}
 		if !oc.DoNothing && (oc.UpdateAll || len(oc.DoUpdates) > 0) {
-			cs.monotonicUpsert(stmt, c, !skip)
+			cs.monotonicUpsert(stmt, c, !skip, p.cfg.null == NullAsZero)
 		}
 	}
 	if !cs.selectVersion(stmt) {
@@ -713,7 +713,7 @@ func (cs *createState) selectVersion(stmt *gorm.Statement) bool {
 // naming it), an upsert of one struct
 // (unless opted out) updates only a row at the struct's version, and the
 // row's version is returned into the structs (RETURNING).
-func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, check bool) {
+func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, check, nullAsZero bool) {
 	m := cs.m
 	saved := c
 	cs.conflict = &saved
@@ -721,8 +721,8 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, ch
 	rv := stmt.ReflectValue
 	switch rv.Kind() {
 	case reflect.Struct:
-		cs.checked = check
 		cs.note(stmt.Context, rv)
+		cs.checked = check && len(cs.was) == 1
 	case reflect.Slice, reflect.Array:
 		for i := 0; i < rv.Len(); i++ {
 			if e := reflect.Indirect(rv.Index(i)); e.Kind() == reflect.Struct {
@@ -737,6 +737,15 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, ch
 		distinct = " IS NOT "
 	}
 	checked := cs.checked
+	// The DO UPDATE of one struct applies only to a row at the struct's
+	// version (the one it had before the create made a zero one 1); from
+	// a map, at the version the map inserts.
+	var where clause.Expression = clause.Expr{SQL: "? = ?", Vars: []any{m.qcol, clause.Column{Table: "excluded", Name: m.column}}}
+	if checked && rv.Kind() == reflect.Struct {
+		g := &guard{m: m, expected: cs.was[0].ver}
+		g.orNull = g.expected == 0 && nullAsZero
+		where = g
+	}
 	// GORM expands UpdateAll into DoUpdates while it builds the INSERT, after
 	// every callback before it: rewrite the assignments as the clause is
 	// built.
@@ -752,13 +761,12 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, ch
 				}
 			}
 			bump := bumpIfChanged{m: m, distinct: distinct}
-			if !named {
+			if !named && !checked {
 				bump.set = ups[:len(ups):len(ups)]
 			}
 			oc.DoUpdates = append(ups, clause.Assignment{Column: clause.Column{Name: m.column}, Value: bump})
 			if checked {
-				oc.Where.Exprs = append(oc.Where.Exprs[:len(oc.Where.Exprs):len(oc.Where.Exprs)],
-					clause.Expr{SQL: "? = ?", Vars: []any{m.qcol, clause.Column{Table: "excluded", Name: m.column}}})
+				oc.Where.Exprs = append(oc.Where.Exprs[:len(oc.Where.Exprs):len(oc.Where.Exprs)], where)
 			}
 			c.Expression = oc
 		}
@@ -878,8 +886,7 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		// The row was there and its version was not the struct's: the
 		// DO UPDATE's WHERE left it alone.
 		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
-			exp, _ := cs.m.get(stmt.Context, rv)
-			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: exp, op: versioned.OpUpdate}))
+			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: cs.was[0].ver, op: versioned.OpUpdate}))
 			return
 		}
 		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
@@ -888,6 +895,21 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		return
 	}
 	cs.wrote = true
+	if rv := stmt.ReflectValue; cs.checked && rv.Kind() == reflect.Struct {
+		// A struct that was loaded (version > 0) upserts the row it was
+		// loaded from: the DO UPDATE gives it its version + 1, the INSERT
+		// its own version. The INSERT means that row is gone: recreating
+		// it from a stale copy is refused, and GORM's transaction rolls
+		// the INSERT back.
+		if w := cs.was[0].ver; w != 0 {
+			if v, _ := cs.m.get(stmt.Context, rv); v == w {
+				se := &versioned.StaleError{Table: stmt.Table, Key: cs.m.key(stmt.Context, rv), Expected: w,
+					Op: versioned.OpUpdate, State: versioned.RowGone}
+				p.stale(stmt.Context, stmt.Table, se)
+				db.AddError(se)
+			}
+		}
+	}
 }
 
 // finishCreate runs after GORM's commit or rollback: a create that failed
