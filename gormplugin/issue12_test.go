@@ -76,8 +76,8 @@ func TestDeleteWithKeyedModelChecksModelVersion(t *testing.T) {
 			t.Fatal("stale soft delete through Model hid the row")
 		}
 		must(t, db.Model(&d).Delete(&Doc{}).Error)
-		if d.Rev != 3 {
-			t.Fatalf("soft delete through Model: struct rev %d, want 3", d.Rev)
+		if d.Rev != 3 || !d.DeletedAt.Valid {
+			t.Fatalf("soft delete through Model: struct %+v, want rev 3 and deleted_at set", d)
 		}
 		var got Doc
 		must(t, db.Unscoped().First(&got, d.ID).Error)

@@ -36,7 +36,7 @@ type guard struct {
 	set      clause.Set
 	userSet  *clause.Clause
 	softWas  reflect.Value // a copy of rv's soft-delete field, restored when a soft delete does not hold
-	softSrc  reflect.Value // the struct GORM gave the new deleted_at when it is not rv
+	other    bool          // rv is not the statement's ReflectValue (see subject)
 }
 
 // Build writes the version predicate (after the primary key when the
@@ -118,36 +118,36 @@ func (p *Plugin) versionedModel(db *gorm.DB) *model {
 //   - a delete whose Dest carries neither key nor version under a keyed
 //     Model, Model(&loaded).Delete(&T{}): GORM deletes by the Model's key,
 //     so the Model's version is checked.
-func (g *guard) subject(stmt *gorm.Statement) (rv reflect.Value, keyWhere bool) {
+func (g *guard) subject(stmt *gorm.Statement) (rv reflect.Value, other, keyWhere bool) {
 	rv = stmt.ReflectValue
 	if rv.Kind() != reflect.Struct || stmt.Model == nil || stmt.Dest == nil || same(stmt.Dest, stmt.Model) {
-		return rv, false
+		return rv, false, false
 	}
 	ctx := stmt.Context
 	if !g.m.blank(ctx, rv) {
-		return rv, false
+		return rv, false, false
 	}
-	other := stmt.Dest
+	o := stmt.Dest
 	if g.op == versioned.OpDelete {
 		if !rv.CanAddr() { // GORM uses the Model's key only for an addressable Dest
-			return rv, false
+			return rv, false, false
 		}
-		other = stmt.Model
+		o = stmt.Model
 	}
-	ov := reflect.Indirect(reflect.ValueOf(other))
+	ov := reflect.Indirect(reflect.ValueOf(o))
 	if ov.Kind() != reflect.Struct || ov.Type() != stmt.Schema.ModelType {
-		return rv, false
+		return rv, false, false
 	}
 	if g.op == versioned.OpDelete {
 		if g.m.blank(ctx, ov) {
-			return rv, false
+			return rv, false, false
 		}
-		return ov, false
+		return ov, true, false
 	}
 	if v, _ := g.m.get(ctx, ov); v == 0 {
-		return rv, false // a struct of plain values: a batch write
+		return rv, false, false // a struct of plain values: a batch write
 	}
-	return ov, true
+	return ov, true, true
 }
 
 // same reports whether a and b are one value: the same pointer, or copies
@@ -170,8 +170,8 @@ func same(a, b any) bool {
 func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 	stmt := db.Statement
 	ctx := stmt.Context
-	rv, keyWhere := g.subject(stmt)
-	g.rv = rv
+	rv, other, keyWhere := g.subject(stmt)
+	g.rv, g.other = rv, other
 	skip := skipped(db)
 	switch rv.Kind() {
 	case reflect.Struct:
@@ -467,9 +467,6 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 				g.softWas = reflect.New(fv.Type()).Elem()
 				g.softWas.Set(fv)
 			}
-			if g.rv != stmt.ReflectValue {
-				g.softSrc = stmt.ReflectValue
-			}
 		}
 	}
 	if stmt.ReflectValue.Kind() == reflect.Struct {
@@ -496,10 +493,10 @@ func (p *Plugin) afterDelete(db *gorm.DB) {
 			p.verify(db, g, g.soft && g.setTail)
 		}
 	}
-	if g.wrote && g.softSrc.IsValid() {
+	if g.wrote && g.other && g.softWas.IsValid() {
 		// GORM gave the Dest the new deleted_at; the row is the Model's.
 		f := g.m.softF
-		f.ReflectValueOf(stmt.Context, g.rv).Set(f.ReflectValueOf(stmt.Context, g.softSrc))
+		f.ReflectValueOf(stmt.Context, g.rv).Set(f.ReflectValueOf(stmt.Context, stmt.ReflectValue))
 	}
 }
 
