@@ -16,9 +16,18 @@ package gormplugin_test
 //     fresh copy fails only for a reason it was given (a hook, a refusal the
 //     form allows, a row hidden by soft delete).
 //
-// SQLOCK_MODEL_OPS sets how many writes a run makes in all (default 10,000;
-// make fuzz asks for more). A failure prints rapid's minimal sequence and a
-// seed: go test -run TestRandomWritesKeepVersionPromises -rapid.seed=N.
+// Each check draws its setting: 2–4 replicas, the plugin with or without
+// WithProbe (whose report is checked against the row), GORM's implicit
+// transactions on or off (SkipDefaultTransaction: a write that holds after a
+// hook fails), and on PostgreSQL PrepareStmt; steps run alone, in the
+// caller's db.Transaction (structs put back with Resync after a rollback)
+// or, on PostgreSQL, in gormplugin.Transaction (put back by the plugin).
+//
+// SQLOCK_MODEL_OPS sets how many writes a run makes in all (default 10,000,
+// 3/10 of them on SQLite; make fuzz can ask for more). A failure prints
+// rapid's minimal sequence and a seed to replay it:
+//
+//	go test -run 'TestRandomWritesKeepVersionPromises/sqlite' ./gormplugin -rapid.seed=N
 
 import (
 	"context"
