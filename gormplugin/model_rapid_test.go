@@ -339,6 +339,7 @@ const (
 	effAssoc                       // an association write through c: row unchanged, or bumped by one from a fresh c
 	effSkip                        // a SkipVersionCheck write of row: bumped by one, c re-read afterwards
 	effUpsert                      // an unchecked upsert of row from c: bumped by one, c gets the new version
+	effRefused                     // a documented refusal: fails with want, changes nothing
 )
 
 type modelStep struct {
@@ -348,12 +349,13 @@ type modelStep struct {
 	c         *MItem // the struct written from (nil for batch writes)
 	row       uint
 	bumps     int64
-	unscoped  bool // the write sees soft-deleted rows
-	refuse    bool // ErrUnsupported is an acceptable answer to a fresh copy
-	softDel   bool // an accepted write soft-deletes the row
-	children  bool // the write may change m_parts and m_owners
-	inTx      bool // the step runs in a transaction of the caller's
-	ifChanged bool // an unchecked upsert not naming the version: bumps only when it changes the row
+	unscoped  bool  // the write sees soft-deleted rows
+	refuse    bool  // ErrUnsupported is an acceptable answer to a fresh copy
+	softDel   bool  // an accepted write soft-deletes the row
+	children  bool  // the write may change m_parts and m_owners
+	inTx      bool  // the step runs in a transaction of the caller's
+	want      error // effRefused: the error the step must fail with
+	ifChanged bool  // an unchecked upsert not naming the version: bumps only when it changes the row
 	run       func(db *gorm.DB) error
 	// post checks an accepted step beyond the row's version.
 	post func(t *rapid.T, before, after modelSnap)
@@ -666,6 +668,33 @@ func modelKinds() map[string]func(m *modelMachine, t *rapid.T, db *gorm.DB) *mod
 		}
 		return s
 	}
+
+	// Documented refusals: slices of versioned rows, a versioned struct
+	// without its key.
+	refused := func(desc string, want error, f func(db *gorm.DB, a, b MItem) error) func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+		return func(m *modelMachine, t *rapid.T, db *gorm.DB) *modelStep {
+			a, _ := m.pick(t)
+			b, _ := m.pick(t)
+			if a == nil || b == nil {
+				return nil
+			}
+			return &modelStep{desc: fmt.Sprintf("%s items %d v%d, %d v%d", desc, a.ID, a.Version, b.ID, b.Version),
+				eff: effRefused, want: want,
+				run: func(db *gorm.DB) error { return f(db, *cloneItem(a), *cloneItem(b)) }}
+		}
+	}
+	k["Slice/Save"] = refused("Save(&[]MItem{a, b})", gormplugin.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
+		return db.Save(&[]MItem{a, b}).Error
+	})
+	k["Slice/Delete"] = refused("Delete(&[]MItem{a, b})", gormplugin.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
+		return db.Delete(&[]MItem{a, b}).Error
+	})
+	k["Slice/Update"] = refused("Model(&[]MItem{a, b}).Update", gormplugin.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
+		return db.Model(&[]MItem{a, b}).Update("name", "slice").Error
+	})
+	k["NoKey/Update"] = refused("Model(&MItem{Version: a's}).Update", versioned.ErrNoKey, func(db *gorm.DB, a, _ MItem) error {
+		return db.Model(&MItem{Version: a.Version}).Update("name", "nokey").Error
+	})
 
 	// A chained finisher: the second Update runs on the statement the
 	// first one returned.
@@ -990,6 +1019,12 @@ func (m *modelMachine) checkStep(t *rapid.T, db *gorm.DB, s *modelStep, before, 
 		if m.probe && s.eff == effWrite && errors.As(err, &se) {
 			m.checkProbe(t, s, se, b, existed)
 		}
+		if s.eff == effRefused {
+			if !errors.Is(err, s.want) {
+				t.Fatalf("%s: failed with %v, want %v", s.desc, err, s.want)
+			}
+			return
+		}
 		if errors.Is(err, errModelHook) || (s.refuse && errors.Is(err, gormplugin.ErrUnsupported)) {
 			return
 		}
@@ -1010,6 +1045,8 @@ func (m *modelMachine) checkStep(t *rapid.T, db *gorm.DB, s *modelStep, before, 
 
 	// Accepted.
 	switch s.eff {
+	case effRefused:
+		t.Fatalf("%s: accepted, want %v; %s", s.desc, s.want, snapDiff(before, after, 0, false))
 	case effCreate:
 		id := s.c.ID
 		row, ok := after.items[id]
