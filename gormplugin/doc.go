@@ -7,7 +7,7 @@
 //	type Order struct {
 //		ID      uint
 //		Status  string
-//		Version int64 `lock:"version"`
+//		Version int64 `gorm:"not null;default:1" lock:"version"`
 //	}
 //
 //	err := db.Model(&order).Update("status", "paid").Error
@@ -22,13 +22,16 @@
 // not a plain integer (float, string, *int64, sql.NullInt64), a second
 // version field, or a malformed lock tag fails every write of the model
 // with a *versioned.TagError (versioned.ErrInvalidModel), before anything is
-// sent. Make the column NOT NULL DEFAULT 1; see NullPolicy for NULLs that
-// are already there.
+// sent. Make the column NOT NULL DEFAULT 1 — gorm:"not null;default:1" on
+// the field makes AutoMigrate create it so (without it AutoMigrate makes a
+// nullable column); see [NullPolicy] for NULLs that are already there.
 //
 // # The contract
 //
 // Create, CreateInBatches, Save of a new record, and creates from maps: a
-// zero version becomes 1, an explicit one is kept (also with Unscoped).
+// zero version becomes 1, an explicit one is kept (also with Unscoped). The
+// version column is written even when Select or Omit would leave it out,
+// so the row gets the struct's version, never NULL.
 //
 // Update, Updates (map or struct), UpdateColumn(s), their Select/Omit forms
 // and Save of an existing record, on a model struct with its primary key
@@ -66,10 +69,22 @@
 // db.Delete(&Order{}, id) and the generics API's condition-based Update and
 // Delete.
 //
+// Where GORM writes one struct's values under another's key, the struct
+// that names the row is checked: db.Model(&loaded).Delete(&Order{}) checks
+// the Model's version (and gives it the new version and deleted_at of a
+// soft delete); db.Model(&Order{}).Where(…).Updates(&loaded) with a loaded
+// struct (non-zero version) as the values checks that struct's key and
+// version, and refuses it without a key (*versioned.KeyError) — a
+// versioned struct is never written unchecked over a newer row. A values
+// struct at version 0 is plain values: a batch write.
+//
 // The caller's own WHERE conditions on a single-row write are put in one
 // parenthesised group before the primary key and the version are appended
 // (WHERE (caller's conditions) AND <pk> AND version = ?), so no Or() — a
 // lone one included — can widen the write past the row.
+//
+// A chain may be reused (tx := db.Model(&o); tx.Update(…); tx.Update(…)):
+// each write is checked by the version the struct has when it runs.
 //
 // Model(&slice) updates and deletes of a non-empty slice of versioned rows
 // fail with *UnsupportedError (ErrUnsupported) — one statement cannot check
@@ -80,8 +95,50 @@
 // generics API's Updates(ctx, value)) are checked like pointers; their
 // version cannot be bumped in place, so re-read after the write.
 //
+// No write lowers a version. In an upsert's ON CONFLICT … DO UPDATE the
+// version is never copied from the inserted row: it is bumped. An upsert
+// of one struct is checked like an update: its DO UPDATE applies only to
+// a row at the struct's version, and always bumps it; a struct at version
+// 0 (never loaded) cannot update a row that is there, and a loaded struct
+// cannot recreate a row that is gone — each writes nothing and fails with
+// *versioned.StaleError (RowGone for the second; GORM's implicit
+// transaction rolls the INSERT back, inside your own transaction roll
+// back on the error). Upserts of a slice (GORM's association saves, which
+// rewrite foreign keys to the values they hold) and SkipVersionCheck
+// upserts are not checked: a DO UPDATE that names the version (UpdateAll,
+// DoUpdates with it) bumps every row it updates, one that does not bumps
+// only the rows it changes. The row's version is returned into the
+// structs (RETURNING).
+//
+// Association(…).Delete updates the rows that hold the foreign key through
+// a statement GORM builds on a fresh model, where the plugin can neither
+// check their versions nor bump the structs holding them; on a versioned
+// table it fails with *UnsupportedError before anything is sent. Clear the
+// foreign key through the struct instead (db.Model(&row).Update("owner_id",
+// nil)), or with Association(…).Clear() from a belongs-to owner, which
+// writes through the owner and is checked.
+//
 // A statement without a model (db.Table("orders").Updates(map…)) has no
 // schema the plugin could recognise and is not versioned.
+//
+// # After a failure
+//
+// After any failed write the struct equals its row. A write whose UPDATE
+// or DELETE succeeded but whose operation then failed and was rolled back
+// by GORM's implicit transaction — an after-hook's error, an association
+// that could not be saved — gives the struct its old version (and a soft
+// delete its old deleted_at) back; a failed create gives it its zero
+// version back. A write that holds although the call failed (no implicit
+// transaction: SkipDefaultTransaction, or inside the caller's transaction)
+// keeps the new version, as the row does.
+//
+// The plugin cannot see a caller's own transaction roll back: after
+// db.Transaction (or a nested SavePoint) whose fn failed after a
+// successful versioned write, the struct is ahead of its row, and its next
+// write would be a false stale. Call [Resync] on each such struct (it
+// reads the version and deleted_at back), or re-read it. [Transaction]
+// does this by itself: when its transaction rolls back (or COMMIT fails),
+// the structs its fn wrote are put back as they were.
 //
 // # Opting out
 //
@@ -118,8 +175,8 @@
 //
 // # Locked transactions
 //
-// Transaction and TransactionKeys run a func(tx *gorm.DB) error in a GORM
-// transaction that holds pg_advisory_xact_lock on one or more keys from
-// before fn's first statement until COMMIT or ROLLBACK, with txlock's
-// retries of the whole transaction.
+// [Transaction] and [TransactionKeys] run a func(tx *gorm.DB) error in a
+// GORM transaction that holds pg_advisory_xact_lock on one or more keys
+// from before fn's first statement until COMMIT or ROLLBACK, with txlock's
+// retries of the whole transaction, with GORM's PrepareStmt on or off.
 package gormplugin

@@ -13,8 +13,9 @@ import (
 var (
 	// ErrUnsupported: a write the plugin cannot version safely (an update or
 	// delete of a non-empty slice of versioned rows, an upsert that updates
-	// every column of a versioned row), or a locked transaction on an engine
-	// without advisory locks. Nothing was sent. Returned as
+	// every column of a versioned row, an Association(…).Delete on a
+	// versioned table), a locked transaction on an engine without advisory
+	// locks, or a value Resync cannot read. Nothing was sent. Returned as
 	// *UnsupportedError.
 	ErrUnsupported = errors.New("gormplugin: unsupported versioned write")
 
@@ -27,7 +28,7 @@ var (
 // UnsupportedError reports a versioned write the plugin refused.
 type UnsupportedError struct {
 	Table  string
-	Op     string // "update", "delete", "create", "locked transaction"
+	Op     string // "update", "delete", "create", "locked transaction", "resync"
 	Reason string
 }
 

@@ -17,7 +17,7 @@ import (
 type Ticket struct {
 	ID      uint
 	Status  string
-	Version int64 `lock:"version"`
+	Version int64 `gorm:"not null;default:1" lock:"version"`
 }
 
 // exampleDB opens an in-memory SQLite database with the plugin installed.

@@ -166,6 +166,15 @@ func (m *model) keyMissing(ctx context.Context, rv reflect.Value) (missing bool,
 	return false, ""
 }
 
+// blank reports whether rv has neither a primary key value nor a version:
+// the model of a batch write.
+func (m *model) blank(ctx context.Context, rv reflect.Value) bool {
+	if missing, _ := m.keyMissing(ctx, rv); !missing {
+		return false
+	}
+	return m.ver.ReflectValueOf(ctx, rv).IsZero()
+}
+
 // key returns the primary key value of rv for error messages: the value
 // for one key column, a versioned.CompositeKey for several.
 func (m *model) key(ctx context.Context, rv reflect.Value) any {

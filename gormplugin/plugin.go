@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -35,7 +36,9 @@ func (skipMarker) MergeClause(c *clause.Clause) { c.Expression = skipMarker{} }
 // gets its version bumped, so that optimistic writers holding the old
 // version notice. The in-memory version is left as it was (the new one is
 // not known): re-read the row. It also permits ON CONFLICT upserts that
-// update every column, which are otherwise refused on versioned models. It
+// update every column, which are otherwise refused on versioned models;
+// their version assignment is a bump too, and their RETURNING gives the
+// struct the row's version. It
 // is named on purpose: Unscoped keeps its GORM meaning (no soft-delete
 // filter) and does not affect versioning.
 //
@@ -119,8 +122,10 @@ func WithNullPolicy(p NullPolicy) Option { return func(c *config) { c.null = p }
 // It is safe for concurrent use; its only state is a cache of what it found
 // in each GORM schema.
 type Plugin struct {
-	cfg    config
-	models sync.Map // *schema.Schema → *model
+	cfg      config
+	models   sync.Map     // *schema.Schema → *model
+	undo     sync.Map     // gorm.ConnPool of a running Transaction → *undoLog
+	tracking atomic.Int64 // how many Transactions are running (0: skip the undo lookup)
 }
 
 // New returns the plugin, configured by opts.
@@ -147,13 +152,34 @@ const (
 	CallbackAfterDelete  = "sqlock:version_after_delete"
 )
 
+// The callbacks that run after GORM's commit or rollback, to put a struct
+// back when its write did not hold.
+const (
+	callbackAfterCreate  = "sqlock:version_after_create"
+	callbackFinishCreate = "sqlock:version_finish_create"
+	callbackFinishUpdate = "sqlock:version_finish_update"
+	callbackFinishDelete = "sqlock:version_finish_delete"
+)
+
 // Initialize implements gorm.Plugin: it registers the callbacks. The checks
 // run before GORM's after-hooks and before its commit, so a stale write
 // rolls back GORM's implicit transaction (and suppresses Save's fallback
-// upsert).
+// upsert); the last ones run after the commit or rollback.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	cb := db.Callback()
 	if err := cb.Create().Before("gorm:create").Register(CallbackCreate, p.beforeCreate); err != nil {
+		return err
+	}
+	if err := cb.Create().After("gorm:create").Before("gorm:save_after_associations").Register(callbackAfterCreate, p.afterCreate); err != nil {
+		return err
+	}
+	if err := cb.Create().After("gorm:commit_or_rollback_transaction").Register(callbackFinishCreate, p.finishCreate); err != nil {
+		return err
+	}
+	if err := cb.Update().After("gorm:commit_or_rollback_transaction").Register(callbackFinishUpdate, p.finish); err != nil {
+		return err
+	}
+	if err := cb.Delete().After("gorm:commit_or_rollback_transaction").Register(callbackFinishDelete, p.finish); err != nil {
 		return err
 	}
 	if err := cb.Update().Before("gorm:update").Register(CallbackBeforeUpdate, p.beforeUpdate); err != nil {

@@ -35,6 +35,12 @@ import (
 // error matching txlock.ErrAlreadyHeld (advisory.ErrAlreadyHeld for an
 // advisory lock).
 //
+// With the plugin installed on db, a transaction that rolls back (or whose
+// COMMIT fails) puts the versions and soft-delete fields of the structs
+// fn's versioned writes changed back as they were, so they equal their
+// rows again; after a txlock.ErrAmbiguousCommit, whose outcome is unknown,
+// call Resync. GORM's PrepareStmt may be on or off.
+//
 // db must not already be inside a transaction, and its dialector must be
 // PostgreSQL: on any other engine (SQLite, MySQL) advisory locks are not
 // real and the call fails with *UnsupportedError before it begins.
@@ -62,27 +68,62 @@ func TransactionKeys(ctx context.Context, db *gorm.DB, keys []advisory.Key, fn f
 	if sqlDB, err := db.DB(); err == nil {
 		pool = sqlDB
 	}
+	p, _ := db.Config.Plugins[Name].(*Plugin)
 	return txlock.RunOn(ctx, pool, keys,
 		func(ctx context.Context, a *txlock.Attempt) (*gorm.DB, txlock.Tx, error) {
 			tx := db.WithContext(ctx).Begin(a.TxOptions())
 			if tx.Error != nil {
 				return nil, nil, tx.Error
 			}
-			return tx, gormTx{tx}, nil
+			t := gormTx{tx: tx, p: p}
+			if p != nil {
+				t.log = p.track(tx.Statement.ConnPool)
+			}
+			return tx, t, nil
 		},
 		func(ctx context.Context, tx *gorm.DB) error { return fn(tx.WithContext(ctx)) },
 		opts...)
 }
 
-// gormTx lets txlock drive a GORM transaction.
-type gormTx struct{ tx *gorm.DB }
+// gormTx lets txlock drive a GORM transaction. With the plugin installed,
+// the structs fn's versioned writes changed are put back when the
+// transaction does not commit.
+type gormTx struct {
+	tx  *gorm.DB
+	p   *Plugin
+	log *undoLog
+}
 
 // Exec runs txlock's argument-less lock statements on the transaction's
 // connection directly (database/sql sends them by the simple protocol).
+// Under GORM's PrepareStmt the transaction's ConnPool would prepare them,
+// and PostgreSQL cannot prepare several commands: they go to the
+// transaction underneath.
 func (t gormTx) Exec(ctx context.Context, q string) error {
-	_, err := t.tx.Statement.ConnPool.ExecContext(ctx, q)
+	pool := t.tx.Statement.ConnPool
+	if p, ok := pool.(*gorm.PreparedStmtTX); ok && p.Tx != nil {
+		pool = p.Tx
+	}
+	_, err := pool.ExecContext(ctx, q)
 	return err
 }
 
-func (t gormTx) Commit(context.Context) error   { return t.tx.Commit().Error }
-func (t gormTx) Rollback(context.Context) error { return t.tx.Rollback().Error }
+func (t gormTx) Commit(ctx context.Context) error {
+	pool := t.tx.Statement.ConnPool
+	err := t.tx.Commit().Error
+	t.done(ctx, pool, err != nil)
+	return err
+}
+
+func (t gormTx) Rollback(ctx context.Context) error {
+	pool := t.tx.Statement.ConnPool
+	err := t.tx.Rollback().Error
+	t.done(ctx, pool, true)
+	return err
+}
+
+func (t gormTx) done(ctx context.Context, pool gorm.ConnPool, rolledBack bool) {
+	if t.log != nil {
+		t.p.untrack(ctx, pool, t.log, rolledBack)
+	}
+}

@@ -18,7 +18,7 @@ type Seat struct {
 	ID      uint
 	Show    string
 	Holder  string
-	Version int64 `lock:"version"`
+	Version int64 `gorm:"not null;default:1" lock:"version"`
 }
 
 // Two requests for the last seat of a show: the advisory lock on the show

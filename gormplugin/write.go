@@ -19,23 +19,42 @@ const stateKey = "sqlock:version"
 
 // guard is one statement's versioning: the WHERE predicate it builds (as
 // *guard), the SET it builds for updates (as *setExpr), and the state the
-// after-callback needs. One allocation per statement.
+// after-callbacks need. One allocation per statement.
 type guard struct {
 	m        *model
+	rv       reflect.Value // the struct whose key and version the write checks
 	expected int64
 	op       versioned.Op
 	check    bool // compare with expected; false: bump only (batch, opt-out)
 	orNull   bool // expected 0 under NullAsZero: (version = 0 OR version IS NULL)
 	nullBump bool // bump with COALESCE(version, 0) + 1
+	keyWhere bool // the predicate names rv's primary key too (GORM's WHERE does not)
 	soft     bool // a soft delete, which bumps the version
 	setTail  bool // the guard put a SET clause in place (soft delete)
+	wrote    bool // the statement changed the checked row
+	bumped   bool // rv holds the new version
 	set      clause.Set
 	userSet  *clause.Clause
-	softWas  reflect.Value // a copy of the soft-delete field, restored when a soft delete fails
+	softWas  reflect.Value // a copy of rv's soft-delete field, restored when a soft delete does not hold
+	other    bool          // rv is not the statement's ReflectValue (see subject)
 }
 
-// Build writes the version predicate.
+// Build writes the version predicate (after the primary key when the
+// guard names it).
 func (g *guard) Build(b clause.Builder) {
+	if g.keyWhere {
+		ctx := context.Background()
+		if st, ok := b.(*gorm.Statement); ok {
+			ctx = st.Context
+		}
+		for _, f := range g.m.pks {
+			v, _ := f.ValueOf(ctx, g.rv)
+			b.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: f.DBName})
+			b.WriteString(" = ")
+			b.AddVar(b, v)
+			b.WriteString(" AND ")
+		}
+	}
 	if g.orNull {
 		b.WriteByte('(')
 	}
@@ -88,13 +107,71 @@ func (p *Plugin) versionedModel(db *gorm.DB) *model {
 	return m
 }
 
-// plan decides how a single statement on rv is versioned: checked against
-// the struct's version, or bumped only. It reports false after adding an
-// error.
+// subject returns the struct a single-statement write is about and
+// whether the guard must name its key (GORM's WHERE does not). It is the
+// statement's ReflectValue, except where GORM writes one struct's values
+// under another's key:
+//
+//   - an update of a batch model (no key, no version) whose values are a
+//     struct of the same model with a version, Model(&T{}).Updates(&loaded):
+//     the loaded struct is checked by its own key and version;
+//   - a delete whose Dest carries neither key nor version under a keyed
+//     Model, Model(&loaded).Delete(&T{}): GORM deletes by the Model's key,
+//     so the Model's version is checked.
+func (g *guard) subject(stmt *gorm.Statement) (rv reflect.Value, other, keyWhere bool) {
+	rv = stmt.ReflectValue
+	if rv.Kind() != reflect.Struct || stmt.Model == nil || stmt.Dest == nil || same(stmt.Dest, stmt.Model) {
+		return rv, false, false
+	}
+	ctx := stmt.Context
+	if !g.m.blank(ctx, rv) {
+		return rv, false, false
+	}
+	o := stmt.Dest
+	if g.op == versioned.OpDelete {
+		if !rv.CanAddr() { // GORM uses the Model's key only for an addressable Dest
+			return rv, false, false
+		}
+		o = stmt.Model
+	}
+	ov := reflect.Indirect(reflect.ValueOf(o))
+	if ov.Kind() != reflect.Struct || ov.Type() != stmt.Schema.ModelType {
+		return rv, false, false
+	}
+	if g.op == versioned.OpDelete {
+		if g.m.blank(ctx, ov) {
+			return rv, false, false
+		}
+		return ov, true, false
+	}
+	if v, _ := g.m.get(ctx, ov); v == 0 {
+		return rv, false, false // a struct of plain values: a batch write
+	}
+	return ov, true, true
+}
+
+// same reports whether a and b are one value: the same pointer, or copies
+// GORM made of one value (Model = Dest), which may not be comparable with
+// == (a struct holding a slice).
+func same(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	if va.Type() != vb.Type() {
+		return false
+	}
+	if !va.Comparable() || !vb.Comparable() {
+		return true
+	}
+	return va.Equal(vb)
+}
+
+// plan decides how a single statement is versioned: checked against the
+// subject struct's version, or bumped only. It reports false after adding
+// an error.
 func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 	stmt := db.Statement
 	ctx := stmt.Context
-	rv := stmt.ReflectValue
+	rv, other, keyWhere := g.subject(stmt)
+	g.rv, g.other = rv, other
 	skip := skipped(db)
 	switch rv.Kind() {
 	case reflect.Struct:
@@ -109,6 +186,13 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 		case skip:
 		case missing && exp == 0:
 			// No key and no version: Model(&T{}).Where(…), a batch write.
+			if g.op == versioned.OpUpdate && associationWrite(stmt) {
+				db.AddError(&UnsupportedError{Table: stmt.Table, Op: g.op.String(),
+					Reason: "Association(…).Delete writes this table's rows by key without their versions " +
+						"(and cannot bump the structs that hold them); clear the foreign key through the " +
+						"struct instead — Model(&row).Update(\"<fk>\", nil), or Association(…).Clear() from a belongs-to owner"})
+				return false
+			}
 		case missing:
 			db.AddError(&versioned.KeyError{Table: stmt.Table, Column: col,
 				Reason: "a versioned " + g.op.String() + " of one row needs its primary key; " +
@@ -122,6 +206,7 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 				}
 			}
 			g.check = true
+			g.keyWhere = keyWhere
 			g.orNull = exp == 0 && p.cfg.null == NullAsZero
 		}
 	case reflect.Slice, reflect.Array:
@@ -136,6 +221,55 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 	// and for writes expecting 0.
 	g.nullBump = p.cfg.null == NullAsZero && (!g.check || g.expected == 0)
 	return true
+}
+
+// associationWrite reports whether a batch update has the shape of the
+// statement GORM's Association(…).Delete builds inside: UpdateColumns of
+// NULL foreign keys on a fresh model, limited by an IN on the table's own
+// primary key that GORM qualified with the table's name. No chain a user
+// writes with Where produces that IN.
+func associationWrite(stmt *gorm.Statement) bool {
+	if !stmt.SkipHooks {
+		return false
+	}
+	attrs, ok := stmt.Dest.(map[string]any)
+	if !ok || len(attrs) == 0 {
+		return false
+	}
+	for _, v := range attrs {
+		if v != nil {
+			return false
+		}
+	}
+	w, _ := stmt.Clauses["WHERE"].Expression.(clause.Where)
+	return ownKeyIN(stmt, w.Exprs)
+}
+
+// ownKeyIN reports whether exprs (or an AND of them, as GORM's Clauses
+// wraps several) hold an IN on the primary key qualified with the table's
+// own name.
+func ownKeyIN(stmt *gorm.Statement, exprs []clause.Expression) bool {
+	pks := stmt.Schema.PrimaryFieldDBNames
+	for _, e := range exprs {
+		switch e := e.(type) {
+		case clause.AndConditions:
+			if ownKeyIN(stmt, e.Exprs) {
+				return true
+			}
+		case clause.IN:
+			switch c := e.Column.(type) {
+			case clause.Column:
+				if len(pks) == 1 && c.Table == stmt.Schema.Table && c.Name == pks[0] {
+					return true
+				}
+			case []clause.Column:
+				if len(pks) > 1 && len(c) == len(pks) && c[0].Table == stmt.Schema.Table && c[0].Name == pks[0] {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // group is the caller's WHERE conditions, always built inside one pair of
@@ -186,6 +320,31 @@ func addWhere(stmt *gorm.Statement, g *guard) {
 	stmt.Clauses["WHERE"] = c
 }
 
+// removeWhere takes the guard out of the statement's WHERE again, so that
+// a chain reused for another write (tx := db.Model(&o); tx.Update(…);
+// tx.Update(…)) is checked by the version the struct has then, not by
+// this one as well.
+func removeWhere(stmt *gorm.Statement, g *guard) {
+	c, ok := stmt.Clauses["WHERE"]
+	if !ok {
+		return
+	}
+	w, _ := c.Expression.(clause.Where)
+	for i, e := range w.Exprs {
+		if e != clause.Expression(g) {
+			continue
+		}
+		if i == len(w.Exprs)-1 {
+			w.Exprs = w.Exprs[:i] // a shorter view of the same array: nothing is overwritten
+		} else {
+			w.Exprs = append(append(make([]clause.Expression, 0, len(w.Exprs)-1), w.Exprs[:i]...), w.Exprs[i+1:]...)
+		}
+		c.Expression = w
+		stmt.Clauses["WHERE"] = c
+		return
+	}
+}
+
 func (p *Plugin) beforeUpdate(db *gorm.DB) {
 	stmt := db.Statement
 	if stmt.SQL.Len() != 0 {
@@ -214,18 +373,17 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 		us, _ := c.Expression.(clause.Set)
 		set = make(clause.Set, 0, len(us)+1)
 		set = append(set, us...)
-		if g.check {
-			for _, f := range m.pks {
-				v, _ := f.ValueOf(ctx, rv)
-				stmt.AddClause(clause.Where{Exprs: []clause.Expression{clause.Eq{Column: clause.Column{Table: clause.CurrentTable, Name: f.DBName}, Value: v}}})
-			}
-		}
+		g.keyWhere = g.check
 	} else {
+		var was int64
+		if rv.Kind() == reflect.Struct {
+			was, _ = m.get(ctx, rv)
+		}
 		set = callbacks.ConvertToAssignments(stmt)
 		if rv.Kind() == reflect.Struct {
 			// ConvertToAssignments writes the update's values into the
 			// model, a version among them: undo that.
-			m.set(ctx, rv, g.expected)
+			m.set(ctx, rv, was)
 		}
 		if db.Error != nil {
 			return
@@ -244,26 +402,35 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 	if g.check {
 		addWhere(stmt, g)
 	}
+	stmt.Clauses[stateKey] = clause.Clause{Expression: g}
+}
+
+// guardOf returns the statement's guard, if a before-callback left one.
+func guardOf(stmt *gorm.Statement) *guard {
+	c, ok := stmt.Clauses[stateKey]
+	if !ok {
+		return nil
+	}
+	g, _ := c.Expression.(*guard)
+	return g
 }
 
 func (p *Plugin) afterUpdate(db *gorm.DB) {
 	stmt := db.Statement
-	c, ok := stmt.Clauses["SET"]
-	if !ok {
+	g := guardOf(stmt)
+	if g == nil {
 		return
 	}
-	s, ok := c.Expression.(*setExpr)
-	if !ok {
-		return
-	}
-	g := (*guard)(s)
 	if g.userSet != nil {
 		stmt.Clauses["SET"] = *g.userSet
 	} else {
 		delete(stmt.Clauses, "SET")
 	}
-	if g.check && db.Error == nil && !db.DryRun {
-		p.verify(db, g, true)
+	if g.check {
+		removeWhere(stmt, g)
+		if db.Error == nil && !db.DryRun {
+			p.verify(db, g, true)
+		}
 	}
 }
 
@@ -292,10 +459,11 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 			stmt.Clauses["SET"] = clause.Clause{Name: "SET", AfterExpression: tail}
 			g.setTail = true
 		}
-		// GORM sets deleted_at in memory before the statement runs; keep
-		// the old value to put back if the delete fails.
+		// GORM sets deleted_at in memory (in the Dest) before the
+		// statement runs; keep the old value to put back if the delete
+		// does not hold.
 		if g.check && m.softF != nil {
-			if fv := m.softF.ReflectValueOf(stmt.Context, stmt.ReflectValue); fv.CanSet() {
+			if fv := m.softF.ReflectValueOf(stmt.Context, g.rv); fv.CanSet() {
 				g.softWas = reflect.New(fv.Type()).Elem()
 				g.softWas.Set(fv)
 			}
@@ -307,30 +475,71 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 	if g.check {
 		addWhere(stmt, g)
 	}
-	if g.check || g.setTail {
-		stmt.Clauses[stateKey] = clause.Clause{Expression: g}
-	}
+	stmt.Clauses[stateKey] = clause.Clause{Expression: g}
 }
 
 func (p *Plugin) afterDelete(db *gorm.DB) {
 	stmt := db.Statement
-	c, ok := stmt.Clauses[stateKey]
-	if !ok {
-		return
-	}
-	g, _ := c.Expression.(*guard)
-	delete(stmt.Clauses, stateKey)
+	g := guardOf(stmt)
 	if g == nil {
 		return
 	}
 	if g.setTail {
 		delete(stmt.Clauses, "SET")
 	}
-	if g.check && db.Error == nil && !db.DryRun {
-		p.verify(db, g, g.soft && g.setTail)
+	if g.check {
+		removeWhere(stmt, g)
+		if db.Error == nil && !db.DryRun {
+			p.verify(db, g, g.soft && g.setTail)
+		}
 	}
-	if g.softWas.IsValid() && db.Error != nil {
-		g.m.softF.ReflectValueOf(stmt.Context, stmt.ReflectValue).Set(g.softWas)
+	if g.wrote && g.other && g.softWas.IsValid() {
+		// GORM gave the Dest the new deleted_at; the row is the Model's.
+		f := g.m.softF
+		f.ReflectValueOf(stmt.Context, g.rv).Set(f.ReflectValueOf(stmt.Context, stmt.ReflectValue))
+	}
+}
+
+// finish runs last, after GORM's commit or rollback: when the operation
+// failed and its write did not hold — never made, or rolled back with
+// GORM's implicit transaction — it puts the struct's version (and a soft
+// delete's deleted_at) back, so the struct equals the row. A write that
+// holds (no implicit transaction, or inside the caller's own transaction)
+// keeps them; inside Transaction it is recorded for undo on rollback.
+func (p *Plugin) finish(db *gorm.DB) {
+	stmt := db.Statement
+	g := guardOf(stmt)
+	if g == nil {
+		return
+	}
+	delete(stmt.Clauses, stateKey)
+	if !g.bumped && !g.softWas.IsValid() {
+		return
+	}
+	held := g.wrote
+	if db.Error != nil && held {
+		if _, started := db.InstanceGet("gorm:started_transaction"); started {
+			held = false
+		}
+	}
+	if held {
+		if g.wrote {
+			p.recordUndo(stmt, g)
+		}
+		return
+	}
+	g.restore(stmt.Context)
+}
+
+// restore puts rv's version and soft-delete field back as they were
+// before the statement.
+func (g *guard) restore(ctx context.Context) {
+	if g.bumped {
+		g.m.set(ctx, g.rv, g.expected)
+		g.bumped = false
+	}
+	if g.softWas.IsValid() {
+		g.m.softF.ReflectValueOf(ctx, g.rv).Set(g.softWas)
 	}
 }
 
@@ -340,23 +549,24 @@ func (p *Plugin) verify(db *gorm.DB, g *guard, bumped bool) {
 	stmt := db.Statement
 	switch n := db.RowsAffected; {
 	case n == 1:
+		g.wrote = true
 		if bumped {
-			g.m.set(stmt.Context, stmt.ReflectValue, g.expected+1)
+			g.bumped = g.m.set(stmt.Context, g.rv, g.expected+1)
 		}
 	case n == 0:
 		db.AddError(p.staleError(db, g))
 	default:
-		db.AddError(&versioned.RowsError{Table: stmt.Table, Key: g.m.key(stmt.Context, stmt.ReflectValue), Rows: n})
+		db.AddError(&versioned.RowsError{Table: stmt.Table, Key: g.m.key(stmt.Context, g.rv), Rows: n})
 	}
 }
 
 func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
 	stmt := db.Statement
 	ctx := stmt.Context
-	key := g.m.key(ctx, stmt.ReflectValue)
+	key := g.m.key(ctx, g.rv)
 	se := &versioned.StaleError{Table: stmt.Table, Key: key, Expected: g.expected, Op: g.op}
 	if p.cfg.probe || p.cfg.null == NullRefused {
-		cur, found, null, err := probe(db, g.m)
+		cur, found, null, err := probe(db, g)
 		switch {
 		case err != nil:
 			se.ProbeErr = err
@@ -376,12 +586,13 @@ func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
 
 // probe reads the row's version by primary key, on the statement's own
 // connection (inside its transaction), ignoring soft delete.
-func probe(db *gorm.DB, m *model) (cur int64, found, null bool, err error) {
+func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, err error) {
 	stmt := db.Statement
 	ctx := stmt.Context
+	m := g.m
 	conds := make([]clause.Expression, len(m.pks))
 	for i, f := range m.pks {
-		v, _ := f.ValueOf(ctx, stmt.ReflectValue)
+		v, _ := f.ValueOf(ctx, g.rv)
 		conds[i] = clause.Eq{Column: clause.Column{Name: f.DBName}, Value: v}
 	}
 	tx := db.Session(&gorm.Session{NewDB: true, SkipHooks: true, Context: ctx}).
@@ -405,25 +616,328 @@ func probe(db *gorm.DB, m *model) (cur int64, found, null bool, err error) {
 	return v.Int64, true, !v.Valid, nil
 }
 
+// createState is what a versioned create leaves for the callbacks after
+// it: the statement settings the plugin changed (put back once the INSERT
+// is built and sent) and the versions it may change in memory (put back if
+// the create does not hold).
+type createState struct {
+	m          *model
+	was        []verWas // structs whose version the create sets (to 1, or from RETURNING)
+	upsert     bool     // an ON CONFLICT … DO UPDATE
+	checked    bool     // … of one struct, checked against its version
+	wrote      bool
+	selects    []string
+	omits      []string
+	selChanged bool
+	conflict   *clause.Clause // the caller's ON CONFLICT, when the plugin rewrote it
+	returning  *clause.Clause // the RETURNING before the plugin added the version to it
+	retAdded   bool           // the plugin added the RETURNING clause
+}
+
+// verWas is a struct's version before a create.
+type verWas struct {
+	rv  reflect.Value
+	ver int64
+}
+
+func (*createState) Build(clause.Builder) {}
+
 func (p *Plugin) beforeCreate(db *gorm.DB) {
 	m := p.versionedModel(db)
 	if m == nil {
 		return
 	}
 	stmt := db.Statement
-	if c, ok := stmt.Clauses["ON CONFLICT"]; ok && !skipped(db) {
-		if oc, ok := c.Expression.(clause.OnConflict); ok && oc.UpdateAll {
+	cs := &createState{m: m}
+	if c, ok := stmt.Clauses["ON CONFLICT"]; ok {
+		oc, _ := c.Expression.(clause.OnConflict)
+		skip := skipped(db)
+		if oc.UpdateAll && !skip {
 			db.AddError(&UnsupportedError{Table: stmt.Table, Op: "create",
 				Reason: "an upsert that updates every column would overwrite a newer row without a version check " +
 					"(this is what Save of a slice does): update rows one at a time, or opt out with SkipVersionCheck"})
 			return
 		}
+		if !oc.DoNothing && (oc.UpdateAll || len(oc.DoUpdates) > 0) {
+			cs.monotonicUpsert(stmt, c, !skip, p.cfg.null == NullAsZero)
+		}
 	}
-	initVersions(stmt.Context, m, stmt.ReflectValue, stmt.Dest)
+	if !cs.selectVersion(stmt) {
+		db.AddError(&UnsupportedError{Table: stmt.Table, Op: "create",
+			Reason: "the create leaves out the version column " + m.column + ": the row would not get version 1"})
+		cs.restoreStatement(stmt)
+		return
+	}
+	initVersions(stmt.Context, cs, stmt.ReflectValue, stmt.Dest)
+	stmt.Clauses[stateKey] = clause.Clause{Expression: cs}
+}
+
+// selectVersion makes a create that Select or Omit would have written
+// without the version column write it (the struct is given version 1, so
+// must the row be). It reports false when it cannot.
+func (cs *createState) selectVersion(stmt *gorm.Statement) bool {
+	if len(stmt.Selects) == 0 && len(stmt.Omits) == 0 {
+		return true
+	}
+	col := cs.m.column
+	included := func() bool {
+		sel, restricted := stmt.SelectAndOmitColumns(true, false)
+		v, ok := sel[col]
+		return (ok && v) || (!ok && !restricted)
+	}
+	if included() {
+		return true
+	}
+	cs.selects, cs.omits, cs.selChanged = stmt.Selects, stmt.Omits, true
+	if len(stmt.Omits) > 0 {
+		omits := make([]string, 0, len(stmt.Omits))
+		for _, o := range stmt.Omits {
+			if f := stmt.Schema.LookUpField(o); f == nil || f != cs.m.ver {
+				omits = append(omits, o)
+			}
+		}
+		stmt.Omits = omits
+	}
+	if !included() && len(stmt.Selects) > 0 {
+		stmt.Selects = append(stmt.Selects[:len(stmt.Selects):len(stmt.Selects)], cs.m.ver.Name)
+	}
+	return included()
+}
+
+// monotonicUpsert versions an ON CONFLICT … DO UPDATE: the version is
+// never copied from the inserted row but bumped (UpdateAll, DoUpdates
+// naming it), or bumped when the DO UPDATE changes the row (DoUpdates not
+// naming it), an upsert of one struct
+// (unless opted out) updates only a row at the struct's version, and the
+// row's version is returned into the structs (RETURNING).
+func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, check, nullAsZero bool) {
+	m := cs.m
+	saved := c
+	cs.conflict = &saved
+	cs.upsert = true
+	rv := stmt.ReflectValue
+	switch rv.Kind() {
+	case reflect.Struct:
+		cs.note(stmt.Context, rv)
+		cs.checked = check && len(cs.was) == 1
+	case reflect.Slice, reflect.Array:
+		for i := 0; i < rv.Len(); i++ {
+			if e := reflect.Indirect(rv.Index(i)); e.Kind() == reflect.Struct {
+				cs.note(stmt.Context, e)
+			}
+		}
+	default:
+		cs.checked = check && rv.Kind() == reflect.Map // one row from a map
+	}
+	distinct := " IS DISTINCT FROM "
+	if stmt.Dialector.Name() == "sqlite" {
+		distinct = " IS NOT "
+	}
+	checked := cs.checked
+	// The DO UPDATE of one struct applies only to a row at the struct's
+	// version (the one it had before the create made a zero one 1); from
+	// a map, at the version the map inserts.
+	var where clause.Expression = clause.Expr{SQL: "? = ?", Vars: []any{m.qcol, clause.Column{Table: "excluded", Name: m.column}}}
+	if checked && rv.Kind() == reflect.Struct {
+		g := &guard{m: m, expected: cs.was[0].ver}
+		g.orNull = g.expected == 0 && nullAsZero
+		where = g
+	}
+	// GORM expands UpdateAll into DoUpdates while it builds the INSERT, after
+	// every callback before it: rewrite the assignments as the clause is
+	// built.
+	c.Builder = func(c clause.Clause, b clause.Builder) {
+		if oc, ok := c.Expression.(clause.OnConflict); ok && !oc.DoNothing {
+			ups := make(clause.Set, 0, len(oc.DoUpdates)+1)
+			named := false
+			for _, a := range oc.DoUpdates {
+				if a.Column.Name == m.column || a.Column.Name == m.ver.Name {
+					named = true
+				} else {
+					ups = append(ups, a)
+				}
+			}
+			bump := bumpIfChanged{m: m, distinct: distinct}
+			if !named && !checked {
+				bump.set = ups[:len(ups):len(ups)]
+			}
+			oc.DoUpdates = append(ups, clause.Assignment{Column: clause.Column{Name: m.column}, Value: bump})
+			if checked {
+				oc.Where.Exprs = append(oc.Where.Exprs[:len(oc.Where.Exprs):len(oc.Where.Exprs)], where)
+			}
+			c.Expression = oc
+		}
+		c.Builder = nil
+		c.Build(b)
+	}
+	stmt.Clauses["ON CONFLICT"] = c
+
+	if k := rv.Kind(); k != reflect.Struct && k != reflect.Slice && k != reflect.Array {
+		return // creates from maps have nothing to scan the version into
+	}
+	ver := clause.Column{Name: m.column}
+	if r, ok := stmt.Clauses["RETURNING"]; ok {
+		saved := r
+		cs.returning = &saved
+		stmt.AddClause(clause.Returning{Columns: []clause.Column{ver}})
+		return
+	}
+	// GORM adds RETURNING for the fields the database fills in only when
+	// there is none: add those too.
+	sel, restricted := stmt.SelectAndOmitColumns(true, false)
+	cols := make([]clause.Column, 0, len(stmt.Schema.FieldsWithDefaultDBValue)+1)
+	for _, f := range stmt.Schema.FieldsWithDefaultDBValue {
+		if v, ok := sel[f.DBName]; (ok && v) || (!ok && (!restricted || f.AutoIncrement)) {
+			if f.DBName != m.column {
+				cols = append(cols, clause.Column{Name: f.DBName})
+			}
+		}
+	}
+	stmt.AddClause(clause.Returning{Columns: append(cols, ver)})
+	cs.retAdded = true
+}
+
+// note records rv's version before the create.
+func (cs *createState) note(ctx context.Context, rv reflect.Value) {
+	if v, err := cs.m.get(ctx, rv); err == nil && cs.m.ver.ReflectValueOf(ctx, rv).CanSet() {
+		cs.was = append(cs.was, verWas{rv: rv, ver: v})
+	}
+}
+
+// bumpIfChanged is the version's value in an upsert's DO UPDATE: the
+// existing row's version plus one — when set is not empty, only if one of
+// its assignments changes the row, else the version it has (GORM's
+// association saves rewrite foreign keys to the values they already
+// hold).
+type bumpIfChanged struct {
+	m        *model
+	set      clause.Set
+	distinct string
+}
+
+func (e bumpIfChanged) Build(b clause.Builder) {
+	if len(e.set) > 0 {
+		b.WriteString("CASE WHEN ")
+		for i, a := range e.set {
+			if i > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: a.Column.Name})
+			b.WriteString(e.distinct)
+			b.AddVar(b, a.Value)
+		}
+		b.WriteString(" THEN ")
+	}
+	b.WriteString("COALESCE(")
+	b.WriteQuoted(e.m.qcol)
+	b.WriteString(", 0) + 1")
+	if len(e.set) > 0 {
+		b.WriteString(" ELSE ")
+		b.WriteQuoted(e.m.qcol)
+		b.WriteString(" END")
+	}
+}
+
+// restoreStatement puts back the statement settings beforeCreate changed,
+// so that a reused chain is the caller's again.
+func (cs *createState) restoreStatement(stmt *gorm.Statement) {
+	if cs.selChanged {
+		stmt.Selects, stmt.Omits, cs.selChanged = cs.selects, cs.omits, false
+	}
+	if cs.conflict != nil {
+		stmt.Clauses["ON CONFLICT"] = *cs.conflict
+		cs.conflict = nil
+	}
+	switch {
+	case cs.retAdded:
+		delete(stmt.Clauses, "RETURNING")
+		cs.retAdded = false
+	case cs.returning != nil:
+		stmt.Clauses["RETURNING"] = *cs.returning
+		cs.returning = nil
+	}
+}
+
+func createStateOf(stmt *gorm.Statement) *createState {
+	c, ok := stmt.Clauses[stateKey]
+	if !ok {
+		return nil
+	}
+	cs, _ := c.Expression.(*createState)
+	return cs
+}
+
+// afterCreate runs right after GORM's INSERT: it notes whether the
+// INSERT ran and gives the caller's chain back its settings.
+func (p *Plugin) afterCreate(db *gorm.DB) {
+	stmt := db.Statement
+	cs := createStateOf(stmt)
+	if cs == nil {
+		return
+	}
+	cs.restoreStatement(stmt)
+	if db.Error != nil || db.DryRun {
+		return
+	}
+	if cs.checked && db.RowsAffected == 0 {
+		// The row was there and its version was not the struct's: the
+		// DO UPDATE's WHERE left it alone.
+		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
+			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: cs.was[0].ver, op: versioned.OpUpdate}))
+			return
+		}
+		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
+		p.stale(stmt.Context, stmt.Table, se)
+		db.AddError(se)
+		return
+	}
+	cs.wrote = true
+	if rv := stmt.ReflectValue; cs.checked && rv.Kind() == reflect.Struct {
+		// A struct that was loaded (version > 0) upserts the row it was
+		// loaded from: the DO UPDATE gives it its version + 1, the INSERT
+		// its own version. The INSERT means that row is gone: recreating
+		// it from a stale copy is refused, and GORM's transaction rolls
+		// the INSERT back.
+		if w := cs.was[0].ver; w != 0 {
+			if v, _ := cs.m.get(stmt.Context, rv); v == w {
+				se := &versioned.StaleError{Table: stmt.Table, Key: cs.m.key(stmt.Context, rv), Expected: w,
+					Op: versioned.OpUpdate, State: versioned.RowGone}
+				p.stale(stmt.Context, stmt.Table, se)
+				db.AddError(se)
+			}
+		}
+	}
+}
+
+// finishCreate runs after GORM's commit or rollback: a create that failed
+// and did not hold gives its structs their zero version back.
+func (p *Plugin) finishCreate(db *gorm.DB) {
+	stmt := db.Statement
+	cs := createStateOf(stmt)
+	if cs == nil {
+		return
+	}
+	delete(stmt.Clauses, stateKey)
+	held := cs.wrote
+	if db.Error != nil && held {
+		if _, started := db.InstanceGet("gorm:started_transaction"); started {
+			held = false
+		}
+	}
+	if held {
+		if len(cs.was) > 0 {
+			p.recordCreateUndo(stmt, cs)
+		}
+		return
+	}
+	for _, w := range cs.was {
+		cs.m.set(stmt.Context, w.rv, w.ver)
+	}
 }
 
 // initVersions sets a zero version to 1 in every row a create writes.
-func initVersions(ctx context.Context, m *model, rv reflect.Value, dest any) {
+func initVersions(ctx context.Context, cs *createState, rv reflect.Value, dest any) {
+	m := cs.m
 	switch d := dest.(type) {
 	case map[string]any:
 		initMap(m, d)
@@ -448,19 +962,19 @@ func initVersions(ctx context.Context, m *model, rv reflect.Value, dest any) {
 	}
 	switch rv.Kind() {
 	case reflect.Struct:
-		initStruct(ctx, m, rv)
+		cs.initStruct(ctx, rv)
 	case reflect.Slice, reflect.Array:
 		for i := 0; i < rv.Len(); i++ {
 			if e := reflect.Indirect(rv.Index(i)); e.Kind() == reflect.Struct {
-				initStruct(ctx, m, e)
+				cs.initStruct(ctx, e)
 			}
 		}
 	}
 }
 
-func initStruct(ctx context.Context, m *model, rv reflect.Value) {
-	if m.ver.ReflectValueOf(ctx, rv).IsZero() {
-		m.set(ctx, rv, 1)
+func (cs *createState) initStruct(ctx context.Context, rv reflect.Value) {
+	if cs.m.ver.ReflectValueOf(ctx, rv).IsZero() && cs.m.set(ctx, rv, 1) && !cs.upsert {
+		cs.was = append(cs.was, verWas{rv: rv}) // an upsert noted every struct already
 	}
 }
 
