@@ -9,8 +9,11 @@ FUZZTIME ?= 15s
 FUZZ_TARGETS := ./hash:FuzzTextExtended ./versioned:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./gormplugin:FuzzConditions
 # Model-based (rapid) tests that `make fuzz` runs with RAPID_CHECKS checks
 # (make test runs rapid's default 100).
+# The gormplugin model test counts writes instead (SQLOCK_MODEL_OPS; make test
+# runs 10,000).
 RAPID_CHECKS ?= 2000
-MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesModel
+MODEL_OPS ?= 200000
+MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesModel ./gormplugin:TestRandomWritesKeepVersionPromises
 
 # The Debian packages each command needs; scripts/ensure-deps.sh installs the
 # missing ones as root, or prints the apt-get line to run. It also knows
@@ -54,5 +57,5 @@ fuzz:
 	@set -e; for t in $(MODEL_TESTS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "model $$pkg $$name with RAPID_CHECKS=$(RAPID_CHECKS)"; \
-		RAPID_CHECKS=$(RAPID_CHECKS) $(WITHPG) -- $(GO) test -count=1 -run="^$$name" $$pkg; \
+		RAPID_CHECKS=$(RAPID_CHECKS) SQLOCK_MODEL_OPS=$(MODEL_OPS) $(WITHPG) -- $(GO) test -count=1 -run="^$$name" $$pkg; \
 	done
