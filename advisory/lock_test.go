@@ -744,3 +744,77 @@ func TestWaitForPooledConnection(t *testing.T) {
 		})
 	}
 }
+
+// panicOn is an observer that panics on one outcome.
+type panicOn observe.Outcome
+
+func (p panicOn) Observe(_ context.Context, e observe.Event) {
+	if e.Outcome == observe.Outcome(p) {
+		panic(p)
+	}
+}
+
+// TestPanicInUserCodeReleasesEverything: a panic in user code — Do's
+// function, or an observer on any event — releases the lock and the
+// connection and goes on with its value: afterwards no advisory lock is
+// left, the key can be taken again, and the pool closes (a pgx pool waits
+// for every connection to come back).
+func TestPanicInUserCodeReleasesEverything(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		conn := admin(t, db)
+		key := advisory.KeyOf("panic-in-user-code")
+		other := bc.open(t, db)
+		nop := func(context.Context) error { return nil }
+		cases := []struct {
+			name string
+			on   observe.Outcome // the observer panics on this outcome (0: never)
+			held bool            // another session holds the key meanwhile
+			call func(l *advisory.Locker) error
+		}{
+			{"Do's function", 0, false, func(l *advisory.Locker) error {
+				return l.Do(ctx, key, func(context.Context) error { panic(panicOn(0)) })
+			}},
+			{"observer on Acquired in Do", observe.Acquired, false, func(l *advisory.Locker) error { return l.Do(ctx, key, nop) }},
+			{"observer on Acquired in RLock", observe.Acquired, false, func(l *advisory.Locker) error {
+				_, err := l.RLock(ctx, key)
+				return err
+			}},
+			{"observer on Released in Do", observe.Released, false, func(l *advisory.Locker) error { return l.Do(ctx, key, nop) }},
+			{"observer on Released after fn's error", observe.Released, false, func(l *advisory.Locker) error {
+				return l.Do(ctx, key, func(context.Context) error { return errors.New("fn failed") })
+			}},
+			{"observer on Busy", observe.Busy, true, func(l *advisory.Locker) error {
+				_, err := l.TryLock(ctx, key)
+				return err
+			}},
+			{"observer on Timeout", observe.Timeout, true, func(l *advisory.Locker) error {
+				short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				defer cancel()
+				return l.Do(short, key, nop)
+			}},
+		}
+		for _, c := range cases {
+			l := bc.open(t, db, advisory.WithObserver(panicOn(c.on)))
+			func() {
+				if c.held {
+					lk := mustLock(t)(other.Lock(ctx, key))
+					defer mustUnlock(t, lk)
+				}
+				var err error
+				defer func() {
+					if r := recover(); r == nil {
+						t.Fatalf("%s: no panic; the call returned %v", c.name, err)
+					} else if _, ok := r.(panicOn); !ok {
+						t.Fatalf("%s: the panic did not go on with its value: %v", c.name, r)
+					}
+				}()
+				err = c.call(l)
+			}()
+			waitNoLocks(t, conn)
+			mustUnlock(t, mustLock(t)(other.TryLock(ctx, key)))
+		}
+	})
+}

@@ -102,7 +102,11 @@ func WithUnlockTimeout(d time.Duration) Option {
 // WithObserver reports acquisitions (with outcome and wait time) and
 // releases (released or lost, with hold time) to o. The default does
 // nothing. Events come from the calling goroutine, except a loss found by
-// a keepalive check, which is reported from the check's goroutine.
+// a keepalive check, which is reported from the check's goroutine. If o
+// panics, the lock of the call (and its connection) is released before the
+// panic goes on; a panic on a loss, in the check's goroutine, ends the
+// program as any goroutine's panic does (the connection is already
+// closed).
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
 		c.obs = observe.OrNop(o)
