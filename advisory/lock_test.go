@@ -466,6 +466,8 @@ func TestBadInput(t *testing.T) {
 		"WithWaitTimeout(-1)":   advisory.WithWaitTimeout(-1),
 		"WithKeepalive(0)":      advisory.WithKeepalive(0),
 		"WithUnlockTimeout(-1)": advisory.WithUnlockTimeout(-time.Second),
+		"WithUnlockTimeout(0)":  advisory.WithUnlockTimeout(0),
+		"WithKeepalive(-1)":     advisory.WithKeepalive(-1),
 	} {
 		l := advisory.New(sdb, opt)
 		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrInvalidOption) {

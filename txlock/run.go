@@ -150,6 +150,9 @@ func run[T any](ctx context.Context, db any, keys []advisory.Key, begin BeginFun
 		return ErrNilFunc
 	}
 	cfg := newConfig(opts)
+	if cfg.err != nil {
+		return cfg.err
+	}
 	p, err := newPlan(keys, &cfg)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -80,6 +81,16 @@ func TestBadInput(t *testing.T) {
 		{"pgx zero key", advisory.ErrInvalidKey, func() error { return txlock.DoPgx(ctx, pool, advisory.Key{}, pgxFn) }},
 		{"pgx bad isolation", txlock.ErrTxOptions, func() error {
 			return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithPgxTxOptions(pgx.TxOptions{IsoLevel: "serializable; DROP TABLE t"}))
+		}},
+		// A timeout must be positive, as every timeout option of the
+		// library: zero and negative are refused, never "wait forever".
+		{"sql zero timeout", txlock.ErrInvalidOption, func() error { return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(0)) }},
+		{"sql negative timeout", advisory.ErrInvalidOption, func() error {
+			return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(-time.Second))
+		}},
+		{"pgx zero timeout", txlock.ErrInvalidOption, func() error { return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(0)) }},
+		{"pgx negative timeout with TryOnce", txlock.ErrInvalidOption, func() error {
+			return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(-1), txlock.TryOnce())
 		}},
 		{"run nil begin", txlock.ErrNilFunc, func() error {
 			return txlock.Run[int](ctx, []advisory.Key{key}, nil, func(context.Context, int) error { return nil })
