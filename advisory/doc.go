@@ -148,5 +148,6 @@
 // TryLock+Unlock is two round trips, and so is Lock+Unlock.
 //
 // Errors are *Error values carrying the operation, the key and the cause;
-// match them with errors.Is against the Err* variables.
+// match them with errors.Is against the Err* variables. A key made from
+// text is named by its text in errors and logs, beside its number.
 package advisory

@@ -8,6 +8,7 @@ import (
 	"net"
 	"reflect"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,5 +283,35 @@ func TestFnErrors(t *testing.T) {
 				t.Fatalf("WithoutRetry: got %v after %d calls", err, calls)
 			}
 		})
+	}
+}
+
+// TestErrorsNameTheKeyText: a timeout, a try-once refusal and a nested
+// request name a key made from text by its text, beside its number.
+func TestErrorsNameTheKeyText(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	key := advisory.KeyOf("booking:seat-42")
+	name := `"booking:seat-42"`
+	h := holdLocks(t, db, false, key)
+	ctx := context.Background()
+	for _, be := range backends(t, db, bePgxPool, beSQL) {
+		t.Run(be.name, func(t *testing.T) {
+			nop := func(context.Context, q) error { return nil }
+			for _, opt := range []txlock.Option{txlock.TryOnce(), txlock.WithTimeout(time.Millisecond)} {
+				err := be.do(ctx, []advisory.Key{key}, nop, opt)
+				var le *txlock.LockError
+				if !errors.As(err, &le) || !strings.Contains(err.Error(), name) {
+					t.Errorf("error %v does not name %s", err, name)
+				}
+			}
+		})
+	}
+	h.release()
+	err := txlock.DoPgx(ctx, db.Pool(), key, func(ctx context.Context, _ pgx.Tx) error {
+		return txlock.DoPgx(ctx, db.Pool(), key, func(context.Context, pgx.Tx) error { return nil })
+	})
+	if !errors.Is(err, txlock.ErrAlreadyHeld) || !strings.Contains(err.Error(), name) {
+		t.Errorf("nested: error %v does not name %s", err, name)
 	}
 }
