@@ -7,8 +7,8 @@ import (
 	"math"
 	"net"
 	"reflect"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
