@@ -68,7 +68,9 @@ func pgxTxQ(tx pgx.Tx) onPgx {
 	}, tx.QueryRow}
 }
 
-func (p onPgx) exec(ctx context.Context, q string, args ...any) error { return p.exec_(ctx, q, args...) }
+func (p onPgx) exec(ctx context.Context, q string, args ...any) error {
+	return p.exec_(ctx, q, args...)
+}
 
 func (p onPgx) queryInt(ctx context.Context, q string, args ...any) (n int64, err error) {
 	err = p.row(ctx, q, args...).Scan(&n)
