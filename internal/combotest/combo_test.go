@@ -50,8 +50,8 @@ func (s onSQL) queryInt(ctx context.Context, q string, args ...any) (n int64, er
 
 // onPgx adapts a pgx pool or transaction.
 type onPgx struct {
-	exec_ func(ctx context.Context, q string, args ...any) error
-	row   func(ctx context.Context, q string, args ...any) pgx.Row
+	run func(ctx context.Context, q string, args ...any) error
+	row func(ctx context.Context, q string, args ...any) pgx.Row
 }
 
 func pgxPoolQ(p *pgxpool.Pool) onPgx {
@@ -69,7 +69,7 @@ func pgxTxQ(tx pgx.Tx) onPgx {
 }
 
 func (p onPgx) exec(ctx context.Context, q string, args ...any) error {
-	return p.exec_(ctx, q, args...)
+	return p.run(ctx, q, args...)
 }
 
 func (p onPgx) queryInt(ctx context.Context, q string, args ...any) (n int64, err error) {
