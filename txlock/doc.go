@@ -48,7 +48,8 @@
 //   - fn returns an error: ROLLBACK, and that error is returned as it is (the
 //     same value, unless it was retried and retries ran out: then a
 //     *retry.ExhaustedError wrapping it).
-//   - fn panics (or calls runtime.Goexit): ROLLBACK, and the panic goes on.
+//   - fn or an observer panics (or calls runtime.Goexit): ROLLBACK, which
+//     releases the locks and the connection, and the panic goes on.
 //   - COMMIT fails with a server error (a deferred constraint, a serialization
 //     failure): that error, never nil; 40001 is retried.
 //   - COMMIT's outcome is unknown (the connection broke, the context ended or

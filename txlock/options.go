@@ -148,7 +148,9 @@ func WithoutRetry() Option { return WithRetryPolicy(nil) }
 
 // WithObserver reports lock events (observe.LockAcquire with the outcome
 // and the wait, observe.LockRelease with the hold time; Source "txlock")
-// and, unless WithRetryPolicy is given, retries (observe.Retry) to o.
+// and, unless WithRetryPolicy is given, retries (observe.Retry) to o. If o
+// panics, the transaction is rolled back (its locks and connection
+// released) before the panic goes on.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.observer = observe.OrNop(o) }
 }
