@@ -292,3 +292,48 @@ func waitNoLocks(t *testing.T, admin *pgxpool.Pool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestTimeoutOptionsShareOneMeaning: every timeout option of the library
+// takes a positive bound and nothing else. Zero and negative durations are
+// refused with an error matching advisory.ErrInvalidOption (txlock's
+// ErrInvalidOption wraps it) before anything is sent — never read as "wait
+// forever" or "the default" — and a positive one is accepted.
+func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
+	db := pgtest.New(t)
+	h := db.OpenSQL()
+	pool := db.Pool()
+	ctx := context.Background()
+	key := advisory.KeyOf("timeout-meaning")
+	uses := map[string]func(d time.Duration) error{
+		"advisory.WithWaitTimeout": func(d time.Duration) error {
+			return advisory.New(h, advisory.WithWaitTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
+		},
+		"advisory.WithUnlockTimeout": func(d time.Duration) error {
+			return advisory.NewPool(pool, advisory.WithUnlockTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
+		},
+		"advisory.WithKeepalive": func(d time.Duration) error {
+			return advisory.New(h, advisory.WithKeepalive(d)).Do(ctx, key, func(context.Context) error { return nil })
+		},
+		"txlock.WithTimeout (database/sql)": func(d time.Duration) error {
+			return txlock.Do(ctx, h, key, func(context.Context, *sql.Tx) error { return nil }, txlock.WithTimeout(d))
+		},
+		"txlock.WithTimeout (pgx)": func(d time.Duration) error {
+			return txlock.DoPgx(ctx, pool, key, func(context.Context, pgx.Tx) error { return nil }, txlock.WithTimeout(d))
+		},
+	}
+	for name, use := range uses {
+		for _, d := range []time.Duration{0, -time.Nanosecond, -time.Second} {
+			before := h.Stats().OpenConnections + int(pool.Stat().TotalConns())
+			err := use(d)
+			if !errors.Is(err, advisory.ErrInvalidOption) {
+				t.Errorf("%s(%v): %v, want an error matching advisory.ErrInvalidOption", name, d, err)
+			}
+			if after := h.Stats().OpenConnections + int(pool.Stat().TotalConns()); after != before {
+				t.Errorf("%s(%v): a connection was opened for a refused option", name, d)
+			}
+		}
+		if err := use(time.Second); err != nil {
+			t.Errorf("%s(1s): %v", name, err)
+		}
+	}
+}
