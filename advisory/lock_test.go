@@ -713,6 +713,13 @@ func TestWaitForPooledConnection(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := open(advisory.WithWaitTimeout(200 * time.Millisecond))
+			// Probe the server and open the pool's connection under the
+			// default bound, however slow this machine is now; the short
+			// bound is for the waits below.
+			mustUnlock(t, mustLock(t)(open().Lock(ctx, advisory.KeyInt(1))))
+			if err := l.Verify(ctx); err != nil {
+				t.Fatal(err)
+			}
 			held := mustLock(t)(l.Lock(ctx, advisory.KeyInt(1)))
 			defer held.Unlock(ctx) // on failure; ErrNotHeld after the Unlock below
 			for _, acquire := range []struct {
