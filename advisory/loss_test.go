@@ -319,9 +319,9 @@ func TestServerRestart(t *testing.T) {
 func TestKeepaliveKeepsIdleHoldAlive(t *testing.T) {
 	leakCheck(t)
 	db := pgtest.New(t)
-	// Four keepalive intervals, widened by the latency measured now, so
+	// Ten keepalive intervals, widened by the latency measured now, so
 	// that a check delayed by a busy machine is not taken for idleness.
-	idle := 400*time.Millisecond + 40*db.Latency()
+	idle := time.Second + 40*db.Latency()
 	db.Exec(fmt.Sprintf("ALTER DATABASE %s SET idle_session_timeout = '%dms'", db.Name, idle.Milliseconds()))
 	ctx := context.Background()
 	l := advisory.NewPool(pgxPoolWith(t, db, 4), advisory.WithKeepalive(100*time.Millisecond))
