@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -15,26 +16,52 @@ import (
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
-// turnCounter counts round trips on the connections it dialed: a round trip
-// begins with the first write after a read (or the first write at all).
+// turnCounter counts round trips on the connections it dialed, from the
+// protocol itself, so that the count cannot depend on how reads and writes
+// interleave on a busy machine: every round trip of the PostgreSQL
+// protocol ends with a message after which the client waits for
+// ReadyForQuery — Sync ('S') in the extended protocol, Query ('Q') in the
+// simple one — so it counts those among the messages the client writes.
 type turnCounter struct{ turns atomic.Int64 }
 
 type countedConn struct {
 	net.Conn
-	c     *turnCounter
-	wrote atomic.Bool
+	c       *turnCounter
+	started bool   // the startup message (which has no type byte) is past
+	pending []byte // a message not yet written whole
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
-	if !c.wrote.Swap(true) {
-		c.c.turns.Add(1)
+	c.pending = append(c.pending, b...)
+	for {
+		p := c.pending
+		if !c.started { // int32 length, then the payload
+			if len(p) < 4 {
+				break
+			}
+			n := int(binary.BigEndian.Uint32(p))
+			if len(p) < n {
+				break
+			}
+			// An SSLRequest or GSSENCRequest comes before the startup
+			// message, untyped too.
+			negotiation := n == 8 && binary.BigEndian.Uint32(p[4:]) >= 80877103
+			c.pending, c.started = p[n:], !negotiation
+			continue
+		}
+		if len(p) < 5 { // type byte, int32 length (itself included)
+			break
+		}
+		n := 1 + int(binary.BigEndian.Uint32(p[1:]))
+		if len(p) < n {
+			break
+		}
+		if p[0] == 'S' || p[0] == 'Q' {
+			c.c.turns.Add(1)
+		}
+		c.pending = p[n:]
 	}
 	return c.Conn.Write(b)
-}
-
-func (c *countedConn) Read(b []byte) (int, error) {
-	c.wrote.Store(false)
-	return c.Conn.Read(b)
 }
 
 func (tc *turnCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
