@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
@@ -180,16 +181,16 @@ func TestTransactionLocks(t *testing.T) {
 	t.Run("nested-same-pool", func(t *testing.T) {
 		// Inside the function, a locked transaction or an advisory lock on
 		// the same key through the same *sql.DB would wait for its own
-		// caller: refused at once (WithTimeout(0) would otherwise hang).
+		// caller: refused at once (with an hour-long bound it would otherwise hang the test).
 		noop := func(*gorm.DB) error { return nil }
 		err := gormplugin.Transaction(ctx, db, key, func(outer *gorm.DB) error {
-			return gormplugin.Transaction(outer.Statement.Context, db, key, noop, txlock.WithTimeout(0))
+			return gormplugin.Transaction(outer.Statement.Context, db, key, noop, txlock.WithTimeout(time.Hour))
 		})
 		checkErr(t, err, txlock.ErrAlreadyHeld)
 		sqlDB, err := db.DB()
 		must(t, err)
 		err = advisory.New(sqlDB).Do(ctx, key, func(ctx context.Context) error {
-			return gormplugin.Transaction(ctx, db, key, noop, txlock.WithTimeout(0))
+			return gormplugin.Transaction(ctx, db, key, noop, txlock.WithTimeout(time.Hour))
 		})
 		checkErr(t, err, advisory.ErrAlreadyHeld)
 		// Another key runs.

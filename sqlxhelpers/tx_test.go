@@ -242,7 +242,7 @@ func TestLockedTxAmbiguousCommit(t *testing.T) {
 // TestLockedTxNestedSamePool: inside the function (with its context), a
 // locked transaction or an advisory lock on the same key through the same
 // *sql.DB would wait for its own caller: refused at once with
-// ErrAlreadyHeld rather than waiting (forever, with WithTimeout(0)).
+// ErrAlreadyHeld rather than waiting (for an hour, with WithTimeout(time.Hour)).
 func TestLockedTxNestedSamePool(t *testing.T) {
 	drivers(t, accountsDDL, func(t *testing.T, db *sqlx.DB) {
 		ctx := context.Background()
@@ -250,13 +250,13 @@ func TestLockedTxNestedSamePool(t *testing.T) {
 		key := advisory.KeyOf("nested")
 		noop := func(context.Context, *sqlx.Tx) error { return nil }
 		err := h.Do(ctx, key, func(ctx context.Context, _ *sqlx.Tx) error {
-			return sqlxhelpers.Do(ctx, db, key, noop, txlock.WithTimeout(0))
+			return sqlxhelpers.Do(ctx, db, key, noop, txlock.WithTimeout(time.Hour))
 		})
 		if !errors.Is(err, txlock.ErrAlreadyHeld) {
 			t.Fatalf("nested Do, same key: %v, want ErrAlreadyHeld", err)
 		}
 		err = advisory.New(db.DB).Do(ctx, key, func(ctx context.Context) error {
-			return h.Do(ctx, key, noop, txlock.WithTimeout(0))
+			return h.Do(ctx, key, noop, txlock.WithTimeout(time.Hour))
 		})
 		if !errors.Is(err, advisory.ErrAlreadyHeld) {
 			t.Fatalf("Do inside advisory.Do, same key: %v, want ErrAlreadyHeld", err)
