@@ -574,6 +574,10 @@ func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
 			se.State = versioned.RowGone
 		case null && p.cfg.null == NullRefused:
 			return &NullVersionError{Table: stmt.Table, Column: g.m.column, Key: key}
+		case null && !g.orNull:
+			// Not "now at version 0": a NULL never equals the expected
+			// version (under NullAsZero only a struct at 0 matches it).
+			se.State, se.CurrentNull = versioned.RowChanged, true
 		case cur == g.expected:
 			se.State, se.Current = versioned.RowUnchanged, cur
 		default:
@@ -883,7 +887,9 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		// The row was there and its version was not the struct's: the
 		// DO UPDATE's WHERE left it alone.
 		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
-			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: cs.was[0].ver, op: versioned.OpUpdate}))
+			w := cs.was[0].ver
+			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: w, op: versioned.OpUpdate,
+				orNull: w == 0 && p.cfg.null == NullAsZero}))
 			return
 		}
 		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
