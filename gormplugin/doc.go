@@ -101,9 +101,13 @@
 // a row at the struct's version, and always bumps it; a struct at version
 // 0 (never loaded) cannot update a row that is there, and a loaded struct
 // cannot recreate a row that is gone — each writes nothing and fails with
-// *versioned.StaleError (RowGone for the second; GORM's implicit
-// transaction rolls the INSERT back, inside your own transaction roll
-// back on the error). Upserts of a slice (GORM's association saves, which
+// *versioned.StaleError (RowGone for the second). One statement cannot
+// both update a row at the struct's version and decline to insert one, so
+// a loaded struct's upsert runs where its INSERT can be taken back: in
+// GORM's implicit transaction, else in a savepoint the plugin sets in your
+// transaction, else (SkipDefaultTransaction) in a transaction the plugin
+// opens around that one statement; the refusal rolls it back, and your
+// transaction goes on unharmed. Upserts of a slice (GORM's association saves, which
 // rewrite foreign keys to the values they hold) and SkipVersionCheck
 // upserts are not checked: a DO UPDATE that names the version (UpdateAll,
 // DoUpdates with it) bumps every row it updates, one that does not bumps
@@ -168,7 +172,10 @@
 //
 // # Cost
 //
-// The plugin adds no round trip. Per statement it costs one cache lookup
+// The plugin adds no round trip, with one exception: the checked upsert of
+// a loaded struct outside GORM's implicit transaction adds SAVEPOINT and
+// RELEASE (inside your transaction) or BEGIN and COMMIT around its
+// statement (see above). Per statement it costs one cache lookup
 // keyed by GORM's *schema.Schema and a few small allocations; it never
 // parses a schema or a tag per call (GORM's ConvertToAssignments, which
 // GORM would run anyway, is called once, by the plugin instead of by GORM).

@@ -574,6 +574,10 @@ func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
 			se.State = versioned.RowGone
 		case null && p.cfg.null == NullRefused:
 			return &NullVersionError{Table: stmt.Table, Column: g.m.column, Key: key}
+		case null && !g.orNull:
+			// Not "now at version 0": a NULL never equals the expected
+			// version (under NullAsZero only a struct at 0 matches it).
+			se.State, se.CurrentNull = versioned.RowChanged, true
 		case cur == g.expected:
 			se.State, se.Current = versioned.RowUnchanged, cur
 		default:
@@ -632,6 +636,8 @@ type createState struct {
 	conflict   *clause.Clause // the caller's ON CONFLICT, when the plugin rewrote it
 	returning  *clause.Clause // the RETURNING before the plugin added the version to it
 	retAdded   bool           // the plugin added the RETURNING clause
+	savepoint  bool           // the plugin set a savepoint in the caller's transaction
+	pool       gorm.ConnPool  // the statement's pool, while it runs in the plugin's transaction
 }
 
 // verWas is a struct's version before a create.
@@ -668,8 +674,98 @@ func (p *Plugin) beforeCreate(db *gorm.DB) {
 		cs.restoreStatement(stmt)
 		return
 	}
+	if cs.checked && len(cs.was) == 1 && cs.was[0].ver != 0 && !db.DryRun {
+		if err := cs.protect(db); err != nil {
+			db.AddError(err)
+			cs.restoreStatement(stmt)
+			return
+		}
+	}
 	initVersions(stmt.Context, cs, stmt.ReflectValue, stmt.Dest)
 	stmt.Clauses[stateKey] = clause.Clause{Expression: cs}
+}
+
+// savepointName is the savepoint protect sets in the caller's
+// transaction; it is released before any other statement runs.
+const savepointName = "sqlock_upsert"
+
+// protect makes sure the INSERT of a checked upsert of a loaded struct
+// can be taken back: one statement cannot both update the row at the
+// struct's version and refuse to insert when the row is gone, so the
+// refusal (afterCreate) comes after the INSERT. GORM's implicit
+// transaction rolls it back when GORM began one; otherwise the plugin
+// sets a savepoint in the caller's transaction, or, with no transaction
+// (SkipDefaultTransaction), runs the statement in one of its own. Either
+// is ended by settle right after the statement, before GORM's
+// associations and after-hooks, which run as they would without it.
+func (cs *createState) protect(db *gorm.DB) error {
+	if _, started := db.InstanceGet("gorm:started_transaction"); started {
+		return nil
+	}
+	stmt := db.Statement
+	ctx := stmt.Context
+	if _, inTx := stmt.ConnPool.(gorm.TxCommitter); inTx {
+		if _, err := stmt.ConnPool.ExecContext(ctx, "SAVEPOINT "+savepointName); err != nil {
+			return err
+		}
+		cs.savepoint = true
+		return nil
+	}
+	var (
+		tx  gorm.ConnPool
+		err error
+	)
+	switch b := stmt.ConnPool.(type) {
+	case gorm.TxBeginner:
+		tx, err = b.BeginTx(ctx, nil)
+	case gorm.ConnPoolBeginner:
+		tx, err = b.BeginTx(ctx, nil)
+	default:
+		return &UnsupportedError{Table: stmt.Table, Op: "create",
+			Reason: "a checked upsert of a loaded struct needs a transaction to take back the INSERT of a row that is gone, " +
+				"and the connection pool cannot begin one"}
+	}
+	if err != nil {
+		return err
+	}
+	cs.pool, stmt.ConnPool = stmt.ConnPool, tx
+	return nil
+}
+
+// settle ends what protect opened: it takes the statement back when it
+// failed (or was refused) and keeps it otherwise.
+func (cs *createState) settle(db *gorm.DB) {
+	stmt := db.Statement
+	ctx := stmt.Context
+	switch {
+	case cs.savepoint:
+		cs.savepoint = false
+		if db.Error != nil {
+			cs.wrote = false
+			if _, err := stmt.ConnPool.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepointName); err != nil {
+				db.AddError(err)
+				return
+			}
+		}
+		if _, err := stmt.ConnPool.ExecContext(ctx, "RELEASE SAVEPOINT "+savepointName); err != nil {
+			db.AddError(err)
+		}
+	case cs.pool != nil:
+		tx, _ := stmt.ConnPool.(gorm.TxCommitter)
+		stmt.ConnPool, cs.pool = cs.pool, nil
+		if tx == nil {
+			return
+		}
+		if db.Error != nil {
+			cs.wrote = false
+			_ = tx.Rollback() // the error the caller needs is db.Error
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			cs.wrote = false
+			db.AddError(err)
+		}
+	}
 }
 
 // selectVersion makes a create that Select or Omit would have written
@@ -876,6 +972,7 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		return
 	}
 	cs.restoreStatement(stmt)
+	defer cs.settle(db)
 	if db.Error != nil || db.DryRun {
 		return
 	}
@@ -883,7 +980,9 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		// The row was there and its version was not the struct's: the
 		// DO UPDATE's WHERE left it alone.
 		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
-			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: cs.was[0].ver, op: versioned.OpUpdate}))
+			w := cs.was[0].ver
+			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: w, op: versioned.OpUpdate,
+				orNull: w == 0 && p.cfg.null == NullAsZero}))
 			return
 		}
 		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
@@ -896,8 +995,8 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		// A struct that was loaded (version > 0) upserts the row it was
 		// loaded from: the DO UPDATE gives it its version + 1, the INSERT
 		// its own version. The INSERT means that row is gone: recreating
-		// it from a stale copy is refused, and GORM's transaction rolls
-		// the INSERT back.
+		// it from a stale copy is refused, and the INSERT is taken back
+		// (GORM's transaction, or what protect opened).
 		if w := cs.was[0].ver; w != 0 {
 			if v, _ := cs.m.get(stmt.Context, rv); v == w {
 				se := &versioned.StaleError{Table: stmt.Table, Key: cs.m.key(stmt.Context, rv), Expected: w,
@@ -918,6 +1017,7 @@ func (p *Plugin) finishCreate(db *gorm.DB) {
 		return
 	}
 	delete(stmt.Clauses, stateKey)
+	cs.settle(db) // a no-op: afterCreate settled, unless its callback was removed
 	held := cs.wrote
 	if db.Error != nil && held {
 		if _, started := db.InstanceGet("gorm:started_transaction"); started {
