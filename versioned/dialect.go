@@ -136,6 +136,9 @@ func (s *sqlBuf) param() int {
 	return s.n
 }
 
+// paramTo is param in the form vmodel.Stmt takes (the builder is s.b).
+func (s *sqlBuf) paramTo(*strings.Builder) { s.param() }
+
 // paramAt writes placeholder n again (Postgres reuses $n; the others repeat
 // the argument, which the caller must append again).
 func (s *sqlBuf) paramAt(n int) {

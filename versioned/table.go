@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync/atomic"
 
 	"github.com/sqlock/sqlock/internal/vmodel"
@@ -202,15 +203,8 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 		t.cte, _ = cfg.dialect.QuoteIdent("sqlock_cas_")
 	}
 
-	var b sqlBuf
-	b.d = cfg.dialect
-	b.str("DELETE FROM ")
-	b.str(qt)
-	t.whereKey(&b)
-	b.str(" AND ")
-	b.str(t.qVersion)
-	b.str(" = ")
-	b.param()
+	b := sqlBuf{d: cfg.dialect}
+	t.stmt().Delete(&b.b, b.paramTo)
 	t.deleteSQL = b.b.String()
 
 	b = sqlBuf{d: cfg.dialect}
@@ -268,19 +262,13 @@ func (t *Table) DeleteSQL() string { return t.deleteSQL }
 // ProbeSQL returns the statement a stale probe runs.
 func (t *Table) ProbeSQL() string { return t.probeSQL }
 
-// whereKey writes " WHERE k1 = $a AND k2 = $b" with fresh placeholders.
-func (t *Table) whereKey(b *sqlBuf) {
-	for i, q := range t.qKeys {
-		if i == 0 {
-			b.str(" WHERE ")
-		} else {
-			b.str(" AND ")
-		}
-		b.str(q)
-		b.str(" = ")
-		b.param()
-	}
+// stmt is the table's versioned write shape, shared with sqlxhelpers.
+func (t *Table) stmt() vmodel.Stmt {
+	return vmodel.Stmt{Table: t.qTable, Keys: t.qKeys, Version: t.qVersion}
 }
+
+// whereKey writes " WHERE k1 = $a AND k2 = $b" with fresh placeholders.
+func (t *Table) whereKey(b *sqlBuf) { t.stmt().WhereKey(&b.b, b.paramTo) }
 
 // UpdateSQL returns the statement Update runs for these assignment
 // columns, for logs, tests and callers who run it themselves (arguments:
@@ -315,24 +303,8 @@ func (t *Table) updateSQL(op string, set []Pair) (string, error) {
 	}
 	b := sqlBuf{d: t.cfg.dialect}
 	b.b.Grow(size)
-	b.str("UPDATE ")
-	b.str(t.qTable)
-	b.str(" SET ")
-	for _, p := range set {
-		b.d.writeQuoted(&b.b, p.Column)
-		b.str(" = ")
-		b.param()
-		b.str(", ")
-	}
-	b.str(t.qVersion)
-	b.str(" = ")
-	b.str(t.qVersion)
-	b.str(" + 1")
-	t.whereKey(&b)
-	b.str(" AND ")
-	b.str(t.qVersion)
-	b.str(" = ")
-	b.param()
+	setCol := func(w *strings.Builder, i int) { b.d.writeQuoted(w, set[i].Column) }
+	t.stmt().Update(&b.b, len(set), setCol, b.paramTo)
 	return b.b.String(), nil
 }
 
