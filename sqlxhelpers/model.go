@@ -177,19 +177,20 @@ func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
 	return one, nil
 }
 
-// version returns the version held by the struct rv points to.
-func (ti *typeInfo) versionOf(rv reflect.Value) (int64, error) {
-	return ti.model.Version.Get(rv)
+// expected returns the version held by the struct rv points to: the
+// write's expected version. For an update it fails with
+// *versioned.OverflowError when the version cannot be incremented within
+// the field's type.
+func (ti *typeInfo) expected(rv reflect.Value, op versioned.Op) (int64, error) {
+	exp, err := ti.model.Version.Get(rv)
+	if err != nil || op != versioned.OpUpdate {
+		return exp, err
+	}
+	_, err = ti.model.Version.Next(exp)
+	return exp, err
 }
 
-// checkNext fails with *versioned.OverflowError when exp cannot be
-// incremented within the field's type.
-func (ti *typeInfo) checkNext(exp int64) error {
-	_, err := ti.model.Version.Next(exp)
-	return err
-}
-
-// setVersion stores n (within range: checkNext passed for n-1).
+// setVersion stores n (within range: expected checked n-1 for an update).
 func (ti *typeInfo) setVersion(rv reflect.Value, n int64) error {
 	return ti.model.Version.Set(rv, n)
 }

@@ -229,14 +229,9 @@ func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr a
 		return err
 	}
 	ti := p.ti
-	exp, err := ti.versionOf(rv)
+	exp, err := ti.expected(rv, op)
 	if err != nil {
 		return err
-	}
-	if op == versioned.OpUpdate {
-		if err := ti.checkNext(exp); err != nil {
-			return err
-		}
 	}
 	key, err := ti.key(table, rv)
 	if err != nil {
