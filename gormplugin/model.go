@@ -2,13 +2,12 @@ package gormplugin
 
 import (
 	"context"
-	"math"
 	"reflect"
-	"strconv"
 
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
+	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -17,9 +16,7 @@ type model struct {
 	err    error         // a *versioned.TagError, reported on every use
 	ver    *schema.Field // nil: the model is not versioned
 	column string        // the version column (GORM's DBName)
-	typ    string        // the version's Go type, for overflow errors
-	lo, hi int64
-	signed bool
+	n      vmodel.Int    // the version's type: bounds, load, store, next
 	pks    []*schema.Field
 	soft   bool          // the schema has delete clauses (soft delete)
 	softF  *schema.Field // the field whose type carries them (gorm.DeletedAt …)
@@ -45,14 +42,14 @@ func (p *Plugin) model(s *schema.Schema) *model {
 func parseModel(s *schema.Schema) *model {
 	var m *model
 	for _, f := range s.Fields {
-		raw, ok := f.Tag.Lookup(versioned.TagName)
+		raw, ok := f.Tag.Lookup(vmodel.TagName)
 		if !ok {
 			continue
 		}
 		bad := func(reason string) *model {
 			return &model{ver: f, err: &versioned.TagError{Type: s.ModelType, Field: f.Name, Tag: raw, Reason: reason}}
 		}
-		tag, err := versioned.ParseTag(raw)
+		tag, err := vmodel.ParseTag(raw)
 		if err != nil {
 			return bad(err.Error())
 		}
@@ -73,23 +70,17 @@ func parseModel(s *schema.Schema) *model {
 		if tag.Column != "" && tag.Column != f.DBName {
 			return bad("lock column=" + tag.Column + " differs from GORM's column " + f.DBName + `: name the column with gorm:"column:…"`)
 		}
-		ft := f.FieldType
-		if ft.Kind() == reflect.Pointer {
-			if _, _, ok := versioned.KindBounds(ft.Elem().Kind()); ok {
-				return bad("nullable versions (" + ft.String() + ") are not supported: use a plain integer field and a NOT NULL DEFAULT 1 column (see NullPolicy for NULLs already in the table)")
+		n, reason := vmodel.IntOf(f.FieldType)
+		if reason != "" {
+			if f.FieldType.Kind() == reflect.Pointer {
+				reason += " (see NullPolicy for NULLs already in the table)"
 			}
-		}
-		lo, hi, ok := versioned.KindBounds(ft.Kind())
-		if !ok {
-			return bad("the version must be a Go integer type (int, int8 … int64, uint … uint64), not " + ft.String())
+			return bad(reason)
 		}
 		m = &model{
 			ver:    f,
 			column: f.DBName,
-			typ:    ft.String(),
-			lo:     lo,
-			hi:     hi,
-			signed: ft.Kind() >= reflect.Int && ft.Kind() <= reflect.Int64,
+			n:      n,
 			pks:    s.PrimaryFields,
 			soft:   len(s.DeleteClauses) > 0,
 		}
@@ -115,41 +106,18 @@ func parseModel(s *schema.Schema) *model {
 
 // get reads the version of the struct rv.
 func (m *model) get(ctx context.Context, rv reflect.Value) (int64, error) {
-	fv := m.ver.ReflectValueOf(ctx, rv)
-	if m.signed {
-		return fv.Int(), nil
-	}
-	u := fv.Uint()
-	if u > math.MaxInt64 {
-		return 0, &versioned.OverflowError{Type: m.typ, Value: strconv.FormatUint(u, 10), Min: m.lo, Max: m.hi}
-	}
-	return int64(u), nil
+	return m.n.Load(m.ver.ReflectValueOf(ctx, rv))
 }
 
-// set stores n in the struct rv when it is addressable; it reports whether
-// it could.
+// set stores n in the struct rv when it is addressable (and n is in the
+// type's range); it reports whether it could.
 func (m *model) set(ctx context.Context, rv reflect.Value, n int64) bool {
 	fv := m.ver.ReflectValueOf(ctx, rv)
-	if !fv.CanSet() {
-		return false
-	}
-	if m.signed {
-		if fv.Int() != n {
-			fv.SetInt(n)
-		}
-	} else if fv.Uint() != uint64(n) {
-		fv.SetUint(uint64(n))
-	}
-	return true
+	return fv.CanSet() && m.n.Store(fv, n) == nil
 }
 
 // next returns cur + 1, or *versioned.OverflowError at the type's maximum.
-func (m *model) next(cur int64) (int64, error) {
-	if cur >= m.hi || cur < m.lo {
-		return cur, &versioned.OverflowError{Type: m.typ, Value: strconv.FormatInt(cur, 10), Min: m.lo, Max: m.hi}
-	}
-	return cur + 1, nil
-}
+func (m *model) next(cur int64) (int64, error) { return m.n.Next(cur) }
 
 // keyMissing returns the first primary key field whose value in rv is zero,
 // or nil when every one is set. A model without a primary key reports its

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jmoiron/sqlx/reflectx"
+	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -22,13 +23,12 @@ type column struct {
 // (and per Helper, since the Helper's mapper names the columns).
 type typeInfo struct {
 	t            reflect.Type
-	model        *versioned.Model
+	model        *vmodel.Model
 	version      column
 	versionParam string   // the named parameter that carries the version
 	keys         []column // in the model's key order
 	cols         []column // the columns Update writes by default, in declaration order
 	noKey        string   // why an untagged id field is not the key, for the error
-	vmin, vmax   int64    // the version field's range
 	err          error
 }
 
@@ -48,13 +48,13 @@ func (s *state) typeInfo(t reflect.Type) (*typeInfo, error) {
 	return ti, ti.err
 }
 
-// buildTypeInfo reads the lock tags through package versioned (the version
+// buildTypeInfo reads the lock tags through the shared struct model (the version
 // field, the key fields) and the column names through the sqlx mapper: a
 // field's column is its lock tag's column=NAME when given, else the name sqlx
 // maps it to (its db tag, or the mapper's name for the Go field).
 func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 	ti := &typeInfo{t: t}
-	model, err := versioned.ModelOf(t)
+	model, err := vmodel.Of(t)
 	if err != nil {
 		ti.err = err
 		return ti
@@ -71,7 +71,7 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 	}
 	colFor := func(index []int, hint string) (string, *reflectx.FieldInfo) {
 		sf := t.FieldByIndex(index)
-		if tag, err := versioned.ParseTag(sf.Tag.Get(versioned.TagName)); err == nil && tag.Column != "" {
+		if tag, err := vmodel.ParseTag(sf.Tag.Get(vmodel.TagName)); err == nil && tag.Column != "" {
 			return tag.Column, byIndex(index)
 		}
 		fi := byIndex(index)
@@ -100,7 +100,6 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 		ti.noKey = " (" + model.Keys[0].Name + " maps to column " + strconv.Quote(ti.keys[0].name) + ", not id)"
 		ti.keys = nil
 	}
-	ti.vmin, ti.vmax = model.Version.Min, model.Version.Max
 	// Default columns: every field sqlx maps to a top-level name, that is a
 	// value (not a struct whose own fields are mapped), except the version
 	// and key columns.
@@ -127,11 +126,11 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 
 // hasLockTag reports whether the field at index of t has a lock tag.
 func hasLockTag(t reflect.Type, index []int) bool {
-	_, ok := t.FieldByIndex(index).Tag.Lookup(versioned.TagName)
+	_, ok := t.FieldByIndex(index).Tag.Lookup(vmodel.TagName)
 	return ok
 }
 
-func isKeyIndex(m *versioned.Model, index []int) bool {
+func isKeyIndex(m *vmodel.Model, index []int) bool {
 	for _, k := range m.Keys {
 		if slices.Equal(k.Index, index) {
 			return true
@@ -163,7 +162,7 @@ func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
 		return nil, &versioned.KeyError{Table: table,
 			Reason: "no key field in " + ti.t.String() + `: tag the key field(s) lock:"key", or have one field the mapper maps to column id` + ti.noKey}
 	}
-	k, err := ti.model.KeyOf(rv)
+	one, many, err := ti.model.KeyOf(rv)
 	if err != nil {
 		if ke, ok := err.(*versioned.KeyError); ok {
 			c := *ke
@@ -172,25 +171,26 @@ func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
 		}
 		return nil, err
 	}
-	return k, nil
-}
-
-// version returns the version held by the struct rv points to.
-func (ti *typeInfo) versionOf(rv reflect.Value) (int64, error) {
-	return ti.model.Version.Get(rv)
-}
-
-// checkNext fails with *versioned.OverflowError when exp cannot be
-// incremented within the field's type.
-func (ti *typeInfo) checkNext(exp int64) error {
-	if exp >= ti.vmax || exp < ti.vmin {
-		_, err := ti.model.Version.Next(exp)
-		return err
+	if many != nil {
+		return versioned.CompositeKey(many), nil
 	}
-	return nil
+	return one, nil
 }
 
-// setVersion stores n (within range: checkNext passed for n-1).
+// expected returns the version held by the struct rv points to: the
+// write's expected version. For an update it fails with
+// *versioned.OverflowError when the version cannot be incremented within
+// the field's type.
+func (ti *typeInfo) expected(rv reflect.Value, op versioned.Op) (int64, error) {
+	exp, err := ti.model.Version.Get(rv)
+	if err != nil || op != versioned.OpUpdate {
+		return exp, err
+	}
+	_, err = ti.model.Version.Next(exp)
+	return exp, err
+}
+
+// setVersion stores n (within range: expected checked n-1 for an update).
 func (ti *typeInfo) setVersion(rv reflect.Value, n int64) error {
 	return ti.model.Version.Set(rv, n)
 }

@@ -112,14 +112,9 @@ func (h *Helper) NamedExec(ctx context.Context, query string, arg any) error {
 		return err
 	}
 	ti := p.ti
-	exp, err := ti.versionOf(rv)
+	exp, err := ti.expected(rv, p.g.Op)
 	if err != nil {
 		return err
-	}
-	if p.g.Op == versioned.OpUpdate {
-		if err := ti.checkNext(exp); err != nil {
-			return err
-		}
 	}
 	elem := rv.Elem()
 	args := make([]any, len(p.idx))

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -125,55 +126,36 @@ func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writ
 			set = append(set, col)
 		}
 	}
-	var b strings.Builder
-	n := 0
-	bind := func() {
-		n++
-		writeBindVar(&b, s.cfg.bindType, n, "p"+strconv.Itoa(n))
-	}
-	if op == versioned.OpDelete {
-		b.WriteString("DELETE FROM ")
-		b.WriteString(qt)
-	} else {
-		b.WriteString("UPDATE ")
-		b.WriteString(qt)
-		b.WriteString(" SET ")
-		for _, c := range set {
-			q, err := quote(c.name)
-			if err != nil {
+	var qset []string // quoted in statement order: set columns, then keys
+	if op == versioned.OpUpdate {
+		qset = make([]string, len(set))
+		for i, c := range set {
+			if qset[i], err = quote(c.name); err != nil {
 				p.err = err
 				return p
 			}
-			b.WriteString(q)
-			b.WriteString(" = ")
-			bind()
-			b.WriteString(", ")
 			p.set = append(p.set, c.index)
 		}
-		b.WriteString(qv)
-		b.WriteString(" = ")
-		b.WriteString(qv)
-		b.WriteString(" + 1")
 	}
+	st := vmodel.Stmt{Table: qt, Version: qv, Keys: make([]string, len(ti.keys))}
 	for i, k := range ti.keys {
-		if i == 0 {
-			b.WriteString(" WHERE ")
-		} else {
-			b.WriteString(" AND ")
-		}
-		q, err := quote(k.name)
-		if err != nil {
+		if st.Keys[i], err = quote(k.name); err != nil {
 			p.err = err
 			return p
 		}
-		b.WriteString(q)
-		b.WriteString(" = ")
-		bind()
 	}
-	b.WriteString(" AND ")
-	b.WriteString(qv)
-	b.WriteString(" = ")
-	bind()
+	var b strings.Builder
+	n := 0
+	bind := func(b *strings.Builder) {
+		n++
+		writeBindVar(b, s.cfg.bindType, n, "p"+strconv.Itoa(n))
+	}
+	if op == versioned.OpDelete {
+		st.Delete(&b, bind)
+		p.sql = b.String()
+		return p
+	}
+	st.Update(&b, len(qset), func(b *strings.Builder, i int) { b.WriteString(qset[i]) }, bind)
 	p.sql = b.String()
 	return p
 }
@@ -247,14 +229,9 @@ func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr a
 		return err
 	}
 	ti := p.ti
-	exp, err := ti.versionOf(rv)
+	exp, err := ti.expected(rv, op)
 	if err != nil {
 		return err
-	}
-	if op == versioned.OpUpdate {
-		if err := ti.checkNext(exp); err != nil {
-			return err
-		}
 	}
 	key, err := ti.key(table, rv)
 	if err != nil {

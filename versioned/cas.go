@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 )
 
 // CASResult is the outcome of a compare-and-swap. Losing the race is an
@@ -118,16 +119,8 @@ func CompareAndSwap(ctx context.Context, db Querier, t *Table, key any, expect [
 	b.str(t.cte)
 	b.str("), EXISTS (SELECT 1 FROM ")
 	b.str(t.qTable)
-	for i, q := range t.qKeys {
-		if i == 0 {
-			b.str(" WHERE ")
-		} else {
-			b.str(" AND ")
-		}
-		b.str(q)
-		b.str(" = ")
-		b.paramAt(firstKey + i)
-	}
+	next := firstKey // the key's placeholders again, not fresh ones
+	t.stmt().WhereKey(&b.b, func(*strings.Builder) { b.paramAt(next); next++ })
 	b.str(")")
 	var n int64
 	var exists bool

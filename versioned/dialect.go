@@ -3,7 +3,8 @@ package versioned
 import (
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/sqlock/sqlock/internal/vmodel"
 )
 
 // Dialect is the SQL spelling of a database: how placeholders and quoted
@@ -111,17 +112,7 @@ func (d Dialect) writeQuoted(b *strings.Builder, name string) {
 	b.WriteByte(q)
 }
 
-func checkIdent(op, arg, name string) error {
-	switch {
-	case name == "":
-		return inputErr(op, arg, "empty name", ErrInvalidIdent)
-	case strings.IndexByte(name, 0) >= 0:
-		return inputErr(op, arg, strconv.Quote(name)+" contains a NUL byte", ErrInvalidIdent)
-	case !utf8.ValidString(name):
-		return inputErr(op, arg, strconv.Quote(name)+" is not valid UTF-8", ErrInvalidIdent)
-	}
-	return nil
-}
+func checkIdent(op, arg, name string) error { return vmodel.CheckIdent(op, arg, name) }
 
 // sqlBuf builds one statement: quoted identifiers are stored pre-quoted,
 // values only ever as placeholders.
@@ -144,6 +135,9 @@ func (s *sqlBuf) param() int {
 	}
 	return s.n
 }
+
+// paramTo is param in the form vmodel.Stmt takes (the builder is s.b).
+func (s *sqlBuf) paramTo(*strings.Builder) { s.param() }
 
 // paramAt writes placeholder n again (Postgres reuses $n; the others repeat
 // the argument, which the caller must append again).

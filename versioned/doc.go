@@ -43,23 +43,25 @@
 // bind. Nullable versions (*int64, sql.NullInt64) are not supported, on
 // purpose: NULL never equals the expected version and NULL + 1 is NULL, so
 // a NULL version makes every write either a conflict or a silent no-op.
-// Declare the column NOT NULL DEFAULT 0.
+// Declare the column NOT NULL DEFAULT 1, as gormplugin asks (versioned
+// itself works from any starting value: it only compares and increments).
 //
 // A struct declares its version field with the tag lock:"version" (and,
 // optionally, its key fields with lock:"key"; without them a field whose
-// column is "id" is the key). ModelOf and FieldOf parse a type once, cache
-// the verdict, and fail with a *TagError the first time they see a type
-// with a wrong tag — a float or string version, a pointer, two version
-// fields, an unexported field, a field reached through an embedded pointer,
-// a misspelt tag such as lock:"verison". The resulting Field reads and
-// writes the version by field index, without further reflection on the
-// type, for ORM integrations (gormplugin, sqlxhelpers) to reuse. Column
-// names for struct fields resolve as lock:"version,column=…", then db:"…"
-// (sqlx's tag), then SnakeCase of the field name; a Table built by hand
-// names its columns itself. UpdateStruct and DeleteStruct match the
-// struct's key fields to the Table's key columns by these names, never by
-// position, and refuse a struct whose key fields do not name exactly the
-// Table's key columns (ErrNoKey).
+// column is "id" is the key). The tag grammar is a comma-separated list:
+// version or key, then optionally column=NAME. [UpdateStruct] and
+// [DeleteStruct] parse a type once, cache the verdict, and fail with a
+// *[TagError] the first time they meet a struct with a wrong tag — a
+// float or string version, a pointer, two version fields, an unexported field, a
+// field reached through an embedded pointer, a misspelt tag such as
+// lock:"verison". gormplugin and sqlxhelpers read the same tags through the
+// same model. Column names for struct fields resolve as
+// lock:"version,column=…", then db:"…" (sqlx's tag), then the field name
+// in snake_case (UserID → user_id); a Table built by hand names its columns
+// itself. UpdateStruct and DeleteStruct match the struct's key fields to
+// the Table's key columns by these names, never by position, and refuse a
+// struct whose key fields do not name exactly the Table's key columns
+// (ErrNoKey).
 //
 // # Writes
 //

@@ -3,9 +3,10 @@ package versioned
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/sqlock/sqlock/internal/vmodel"
 )
 
 // Sentinels. Every error this package returns is one of the typed errors
@@ -20,14 +21,14 @@ var (
 	// ErrOverflow: the next version does not fit the version's type, or a
 	// version value is outside the range the type (or database/sql) can
 	// carry. Returned as *OverflowError. Nothing is sent to the database.
-	ErrOverflow = errors.New("versioned: version overflow")
+	ErrOverflow = vmodel.ErrOverflow
 
 	// ErrNoKey: a write has no key value to target (nil, a nil pointer, a
 	// zero value, a NULL driver.Valuer, a composite key of the wrong
 	// length, or a struct whose key fields do not match the Table's key
 	// columns by name). The statement is never widened to every row with
 	// that version, nor sent to another row. Returned as *KeyError.
-	ErrNoKey = errors.New("versioned: missing key value")
+	ErrNoKey = vmodel.ErrNoKey
 
 	// ErrKeyNotUnique: a write by key affected more than one row, so the
 	// key columns do not identify a row. Returned as *RowsError. The
@@ -37,25 +38,25 @@ var (
 	// ErrInvalidModel: a struct's lock tags are wrong (a version field that
 	// is not a plain integer, two version fields, an unknown tag option …).
 	// Returned as *TagError.
-	ErrInvalidModel = errors.New("versioned: invalid model")
+	ErrInvalidModel = vmodel.ErrInvalidModel
 
 	// ErrNoVersionField: the struct has no lock:"version" field. Returned
 	// as *TagError.
-	ErrNoVersionField = errors.New("versioned: no lock:\"version\" field")
+	ErrNoVersionField = vmodel.ErrNoVersionField
 
 	// ErrNilHandle: the database handle is nil (an untyped nil or a nil
 	// *sql.DB, *sql.Tx, *sql.Conn …). Returned as *InputError.
-	ErrNilHandle = errors.New("versioned: nil database handle")
+	ErrNilHandle = vmodel.ErrNilHandle
 
 	// ErrInvalidIdent: a table or column name is empty, contains NUL or is
 	// not valid UTF-8. Returned as *InputError.
-	ErrInvalidIdent = errors.New("versioned: invalid identifier")
+	ErrInvalidIdent = vmodel.ErrInvalidIdent
 
 	// ErrInvalidArg: any other argument a call cannot honour (a nil Table,
 	// an assignment to the version column, a duplicate column, a
 	// compare-and-swap without a compare or without a swap …). Returned as
 	// *InputError.
-	ErrInvalidArg = errors.New("versioned: invalid argument")
+	ErrInvalidArg = vmodel.ErrInvalidArg
 )
 
 // retryableSentinel is a sentinel with a RetryCause, the method by which
@@ -181,40 +182,17 @@ func (e *StaleError) RetryCause() string { return "stale" }
 func (e *StaleError) Gone() bool { return e.State == RowGone }
 
 // OverflowError reports a version that cannot be incremented, or a value that
-// does not fit the version's type. Nothing was sent to the database.
-type OverflowError struct {
-	Type  string // the Go type of the version ("int8", "uint64", …)
-	Value string // the offending value, in decimal
-	Max   int64  // the largest version the type can take here
-	Min   int64  // the smallest
-}
-
-func (e *OverflowError) Error() string {
-	return fmt.Sprintf("versioned: version overflow: %s does not fit or cannot be incremented within %s [%d, %d]",
-		e.Value, e.Type, e.Min, e.Max)
-}
-
-// Is makes errors.Is(err, ErrOverflow) true.
-func (e *OverflowError) Is(target error) bool { return target == ErrOverflow }
+// does not fit the version's type. Nothing was sent to the database. Its
+// fields: Type (the version's Go type, "int8", "uint64" …), Value (the
+// offending value, in decimal), Min and Max (the range the type holds here).
+// errors.Is(err, ErrOverflow) is true for it.
+type OverflowError = vmodel.OverflowError
 
 // KeyError reports a missing key value: the write was refused, nothing was
-// sent.
-type KeyError struct {
-	Table  string
-	Column string // the key column with no value or no matching field ("" when the key's shape is wrong)
-	Reason string
-}
-
-func (e *KeyError) Error() string {
-	s := "versioned: missing key value for " + e.Table
-	if e.Column != "" {
-		s += "." + e.Column
-	}
-	return s + ": " + e.Reason
-}
-
-// Is makes errors.Is(err, ErrNoKey) true.
-func (e *KeyError) Is(target error) bool { return target == ErrNoKey }
+// sent. Its fields: Table, Column (the key column with no value or no
+// matching field; "" when the key's shape is wrong) and Reason.
+// errors.Is(err, ErrNoKey) is true for it.
+type KeyError = vmodel.KeyError
 
 // RowsError reports a write by key that affected more than one row.
 type RowsError struct {
@@ -232,67 +210,23 @@ func (e *RowsError) Error() string {
 func (e *RowsError) Is(target error) bool { return target == ErrKeyNotUnique }
 
 // TagError reports a struct type whose lock tags cannot be used, the first
-// time the type is seen (the verdict is cached with the type).
-type TagError struct {
-	Type   reflect.Type // the struct type
-	Field  string       // the Go field name ("" for the type as a whole)
-	Tag    string       // the lock tag's value, when there is one
-	Reason string
-	noVer  bool // ErrNoVersionField rather than ErrInvalidModel
-}
-
-func (e *TagError) Error() string {
-	var b strings.Builder
-	b.WriteString("versioned: ")
-	if e.Type != nil {
-		b.WriteString(e.Type.String())
-	} else {
-		b.WriteString("<nil type>")
-	}
-	if e.Field != "" {
-		b.WriteString(".")
-		b.WriteString(e.Field)
-	}
-	if e.Tag != "" {
-		b.WriteString(` lock:"`)
-		b.WriteString(e.Tag)
-		b.WriteString(`"`)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Reason)
-	return b.String()
-}
-
-// Is makes errors.Is true for ErrInvalidModel, or for ErrNoVersionField when
-// the type simply has no version field.
-func (e *TagError) Is(target error) bool {
-	if e.noVer {
-		return target == ErrNoVersionField
-	}
-	return target == ErrInvalidModel
-}
+// time the type is seen (the verdict is cached with the type). Its fields:
+// Type (the struct type), Field (the Go field name, "" for the type as a
+// whole), Tag (the lock tag's value) and Reason. errors.Is(err,
+// ErrNoVersionField) is true when the type has no lock:"version" field,
+// errors.Is(err, ErrInvalidModel) for every other misuse.
+type TagError = vmodel.TagError
 
 // InputError reports a bad argument: a nil handle, an invalid identifier,
-// or another argument the call cannot honour. Nothing was sent.
-type InputError struct {
-	Op     string // the call: "update", "delete", "compare-and-swap", "table", "check", "quote"
-	Arg    string // which argument: "db", "table", "column", "set", …
-	Reason string
-	Kind   error // ErrNilHandle, ErrInvalidIdent or ErrInvalidArg
-}
-
-func (e *InputError) Error() string {
-	return "versioned: " + e.Op + ": " + e.Arg + ": " + e.Reason
-}
-
-// Is makes errors.Is(err, e.Kind) true.
-func (e *InputError) Is(target error) bool { return target == e.Kind }
-
-// Unwrap returns the sentinel.
-func (e *InputError) Unwrap() error { return e.Kind }
+// or another argument the call cannot honour. Nothing was sent. Its fields:
+// Op (the call: "update", "delete", "compare-and-swap", "table", "check",
+// "quote"), Arg (which argument: "db", "table", "column", "set" …), Reason,
+// and Kind (ErrNilHandle, ErrInvalidIdent or ErrInvalidArg), which
+// errors.Is matches.
+type InputError = vmodel.InputError
 
 func inputErr(op, arg, reason string, kind error) error {
-	return &InputError{Op: op, Arg: arg, Reason: reason, Kind: kind}
+	return vmodel.InputErr(op, arg, reason, kind)
 }
 
 // formatKey prints a key for messages: strings quoted, byte slices in hex,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/sqlock/sqlock/retry"
@@ -132,46 +131,6 @@ func ExampleTable_UpdateSQL() {
 	// UPDATE "shop"."orders" SET "state" = ?, "version" = "version" + 1 WHERE "tenant" = ? AND "id" = ? AND "version" = ?
 }
 
-func ExampleNext() {
-	v, err := versioned.Next(int8(126))
-	fmt.Println(v, err)
-	_, err = versioned.Next(v)
-	fmt.Println(errors.Is(err, versioned.ErrOverflow), err)
-	// Output:
-	// 127 <nil>
-	// true versioned: version overflow: 127 does not fit or cannot be incremented within int8 [-128, 127]
-}
-
-func ExampleFieldOf() {
-	type Order struct {
-		ID    int64  `db:"id"`
-		State string `db:"state"`
-		Rev   uint32 `lock:"version" db:"rev"`
-	}
-	f, err := versioned.FieldOf(reflect.TypeOf(Order{}))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println(f.Name, f.Column, f.Kind, f.Index, f.Max)
-
-	o := &Order{ID: 1, Rev: 41}
-	cur, _ := f.Get(reflect.ValueOf(o))
-	n, _ := f.Next(cur)
-	_ = f.Set(reflect.ValueOf(o), n)
-	fmt.Println(o.Rev)
-
-	type Bad struct {
-		Rev float64 `lock:"version"`
-	}
-	_, err = versioned.FieldOf(reflect.TypeOf(Bad{}))
-	fmt.Println(errors.Is(err, versioned.ErrInvalidModel))
-	// Output:
-	// Rev rev uint32 [2] 4294967295
-	// 42
-	// true
-}
-
 func ExampleUpdateStruct() {
 	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
 	defer db.Close()
@@ -183,20 +142,9 @@ func ExampleUpdateStruct() {
 		Body        string
 		LockVersion int `lock:"version"`
 	}
-	m, _ := versioned.ModelOf(reflect.TypeOf(Document{}))
-	documents, _ := m.Table("documents") // key "id", version "lock_version" from the model
+	documents := versioned.MustTable("documents", versioned.WithVersionColumn("lock_version"))
 	doc := &Document{ID: 5, Body: "v2", LockVersion: 1}
 	err := versioned.UpdateStruct(context.Background(), db, documents, doc, versioned.Set("body", doc.Body))
 	fmt.Println(doc.LockVersion, err)
 	// Output: 2 <nil>
-}
-
-func ExampleParseTag() {
-	tag, err := versioned.ParseTag("version,column=rev")
-	fmt.Println(tag.Version, tag.Key, tag.Column, err)
-	_, err = versioned.ParseTag("verison")
-	fmt.Println(err)
-	// Output:
-	// true false rev <nil>
-	// unknown item "verison" in lock tag (known: version, key, column=NAME)
 }

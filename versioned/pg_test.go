@@ -15,6 +15,7 @@ import (
 
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/versioned"
@@ -357,11 +358,12 @@ type account struct {
 func TestStructHelpers(t *testing.T) {
 	db := accountsDB(t)
 	ctx := ctxT(t)
-	m, err := versioned.ModelOf(reflect.TypeOf(account{}))
+	m, err := vmodel.Of(reflect.TypeOf(account{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	accounts, err := m.Table("accounts", versioned.WithProbe())
+	accounts, err := versioned.NewTable("accounts", versioned.WithKey(m.KeyColumns()...),
+		versioned.WithVersionColumn(m.Version.Column), versioned.WithProbe())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	_ "github.com/glebarez/go-sqlite"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 	"pgregory.net/rapid"
 )
@@ -299,13 +300,13 @@ func (m *structModel) fill(p reflect.Value, r int) {
 		e.Field(m.keyIdx[c]).SetInt(m.keys[r][j])
 	}
 	e.FieldByName("Note").SetString(m.rows[r].note)
-	if err := versioned.SetVersion(p.Interface(), m.rows[r].version); err != nil {
+	if err := vmodel.SetVersion(p.Interface(), m.rows[r].version); err != nil {
 		panic(err)
 	}
 }
 
 func versionOf(rt *rapid.T, p reflect.Value) int64 {
-	v, err := versioned.VersionOf(p.Interface())
+	v, err := vmodel.VersionOf(p.Interface())
 	if err != nil {
 		rt.Fatalf("VersionOf: %v", err)
 	}

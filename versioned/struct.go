@@ -5,16 +5,18 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/sqlock/sqlock/internal/vmodel"
 )
 
 // UpdateStruct is Update for a struct with a lock:"version" field: the key
-// comes from the struct's key fields (see [Model].Keys), the expected
+// comes from the struct's key fields (fields tagged lock:"key", or else the one field whose column is id), the expected
 // version from its version field, the assignments from set. On success the
 // new version is stored in the struct; on any error the struct is
 // unchanged. The Table's column names are the ones used in SQL.
 //
 // Key fields are matched to the Table's key columns by column name (a
-// field's lock column=, else its db tag, else [SnakeCase] of its name),
+// field's lock column=, else its db tag, else its name in snake_case: UserID → user_id),
 // never by position. A struct that has no key field for one of the Table's
 // key columns, a key field whose column is not a key column of the Table,
 // or two key fields for one column is refused with *[KeyError]
@@ -34,7 +36,7 @@ func UpdateStruct(ctx context.Context, db Execer, t *Table, ptr any, set ...Pair
 	if t == nil {
 		return inputErr("update", "table", "nil *Table", ErrInvalidArg)
 	}
-	key, err := m.keyFor(rv, t)
+	key, err := keyFor(m, rv, t)
 	if err != nil {
 		return err
 	}
@@ -60,26 +62,26 @@ func DeleteStruct(ctx context.Context, db Execer, t *Table, ptr any) error {
 	if t == nil {
 		return inputErr("delete", "table", "nil *Table", ErrInvalidArg)
 	}
-	key, err := m.keyFor(rv, t)
+	key, err := keyFor(m, rv, t)
 	if err != nil {
 		return err
 	}
 	return t.delete(ctx, db, key, exp)
 }
 
-func modelFor(op string, ptr any) (*Model, reflect.Value, error) {
+func modelFor(op string, ptr any) (*vmodel.Model, reflect.Value, error) {
 	rv := reflect.ValueOf(ptr)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
 		return nil, rv, inputErr(op, "value", fmt.Sprintf("%T is not a non-nil pointer to a struct", ptr), ErrInvalidArg)
 	}
-	m, err := ModelOf(rv.Type())
+	m, err := vmodel.Of(rv.Type())
 	return m, rv, err
 }
 
 // keyFor returns the key value of the struct rv points to for table t: the
 // values of the key fields matched to t's key columns by name, in t's
 // column order (one value, or a CompositeKey for several columns).
-func (m *Model) keyFor(rv reflect.Value, t *Table) (any, error) {
+func keyFor(m *vmodel.Model, rv reflect.Value, t *Table) (any, error) {
 	cols := t.cfg.keys
 	v := rv.Elem()
 	if len(m.Keys) == 1 && len(cols) == 1 && m.Keys[0].Column == cols[0] {
@@ -90,12 +92,12 @@ func (m *Model) keyFor(rv reflect.Value, t *Table) (any, error) {
 		}
 		return x, nil
 	}
-	if err := m.matchKeys(t); err != nil {
+	if err := matchKeys(m, t); err != nil {
 		return nil, err
 	}
 	vals := make(CompositeKey, len(cols))
 	for i, c := range cols {
-		k := m.keyField(c)
+		k := keyField(m, c)
 		x := v.FieldByIndex(k.Index).Interface()
 		if reason := t.missing(x); reason != "" {
 			return nil, &KeyError{Table: t.name, Column: c, Reason: reason}
@@ -107,7 +109,7 @@ func (m *Model) keyFor(rv reflect.Value, t *Table) (any, error) {
 
 // matchKeys checks that m's key fields and t's key columns pair up one to
 // one by column name.
-func (m *Model) matchKeys(t *Table) error {
+func matchKeys(m *vmodel.Model, t *Table) error {
 	mismatch := func(col, reason string) error {
 		return &KeyError{Table: t.name, Column: col, Reason: reason +
 			" (the key columns are " + strings.Join(t.cfg.keys, ", ") + "; the key fields of " + m.Type.String() +
@@ -127,7 +129,7 @@ func (m *Model) matchKeys(t *Table) error {
 		}
 	}
 	for _, c := range t.cfg.keys {
-		if m.keyField(c) == nil {
+		if keyField(m, c) == nil {
 			return mismatch(c, fmt.Sprintf(`no key field maps to key column %q: tag it lock:"key" (with column=%s if its name differs)`, c, c))
 		}
 	}
@@ -135,7 +137,7 @@ func (m *Model) matchKeys(t *Table) error {
 }
 
 // keyField returns the key field for column col, or nil.
-func (m *Model) keyField(col string) *KeyField {
+func keyField(m *vmodel.Model, col string) *vmodel.KeyField {
 	for _, k := range m.Keys {
 		if k.Column == col {
 			return k

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -154,7 +155,7 @@ func TestStructKeyMismatchRefused(t *testing.T) {
 				if !errors.As(err, &ke) || !errors.Is(err, versioned.ErrNoKey) || ke.Column != c.column || ke.Table != "memberships" {
 					t.Fatalf("got %v (%#v), want a *KeyError for column %q", err, ke, c.column)
 				}
-				if v, _ := versioned.VersionOf(c.ptr); v != 0 {
+				if v, _ := vmodel.VersionOf(c.ptr); v != 0 {
 					t.Fatalf("struct version changed to %d", v)
 				}
 			}

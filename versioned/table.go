@@ -3,12 +3,13 @@ package versioned
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync/atomic"
 
+	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -202,15 +203,8 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 		t.cte, _ = cfg.dialect.QuoteIdent("sqlock_cas_")
 	}
 
-	var b sqlBuf
-	b.d = cfg.dialect
-	b.str("DELETE FROM ")
-	b.str(qt)
-	t.whereKey(&b)
-	b.str(" AND ")
-	b.str(t.qVersion)
-	b.str(" = ")
-	b.param()
+	b := sqlBuf{d: cfg.dialect}
+	t.stmt().Delete(&b.b, b.paramTo)
 	t.deleteSQL = b.b.String()
 
 	b = sqlBuf{d: cfg.dialect}
@@ -268,19 +262,13 @@ func (t *Table) DeleteSQL() string { return t.deleteSQL }
 // ProbeSQL returns the statement a stale probe runs.
 func (t *Table) ProbeSQL() string { return t.probeSQL }
 
-// whereKey writes " WHERE k1 = $a AND k2 = $b" with fresh placeholders.
-func (t *Table) whereKey(b *sqlBuf) {
-	for i, q := range t.qKeys {
-		if i == 0 {
-			b.str(" WHERE ")
-		} else {
-			b.str(" AND ")
-		}
-		b.str(q)
-		b.str(" = ")
-		b.param()
-	}
+// stmt is the table's versioned write shape, shared with sqlxhelpers.
+func (t *Table) stmt() vmodel.Stmt {
+	return vmodel.Stmt{Table: t.qTable, Keys: t.qKeys, Version: t.qVersion}
 }
+
+// whereKey writes " WHERE k1 = $a AND k2 = $b" with fresh placeholders.
+func (t *Table) whereKey(b *sqlBuf) { t.stmt().WhereKey(&b.b, b.paramTo) }
 
 // UpdateSQL returns the statement Update runs for these assignment
 // columns, for logs, tests and callers who run it themselves (arguments:
@@ -315,24 +303,8 @@ func (t *Table) updateSQL(op string, set []Pair) (string, error) {
 	}
 	b := sqlBuf{d: t.cfg.dialect}
 	b.b.Grow(size)
-	b.str("UPDATE ")
-	b.str(t.qTable)
-	b.str(" SET ")
-	for _, p := range set {
-		b.d.writeQuoted(&b.b, p.Column)
-		b.str(" = ")
-		b.param()
-		b.str(", ")
-	}
-	b.str(t.qVersion)
-	b.str(" = ")
-	b.str(t.qVersion)
-	b.str(" + 1")
-	t.whereKey(&b)
-	b.str(" AND ")
-	b.str(t.qVersion)
-	b.str(" = ")
-	b.param()
+	setCol := func(w *strings.Builder, i int) { b.d.writeQuoted(w, set[i].Column) }
+	t.stmt().Update(&b.b, len(set), setCol, b.paramTo)
 	return b.b.String(), nil
 }
 
@@ -350,15 +322,12 @@ func (t *Table) updateSQL(op string, set []Pair) (string, error) {
 // The version's Go type V decides where it overflows: an int8 version
 // stops at 127 with *OverflowError rather than wrapping.
 func Update[V Integer](ctx context.Context, db Execer, t *Table, key any, expected V, set ...Pair) (V, error) {
-	exp, err := Int64(expected)
-	if err != nil {
+	// Next refuses a value outside the type's range or at its largest, so
+	// the conversion below is exact.
+	if _, err := vmodel.Next(expected); err != nil {
 		return expected, err
 	}
-	if lo, hi := Bounds[V](); exp >= hi {
-		_, err := next(exp, lo, hi, typeName[V]())
-		return expected, err
-	}
-	if _, err := t.update(ctx, db, key, exp, set); err != nil {
+	if _, err := t.update(ctx, db, key, int64(expected), set); err != nil {
 		return expected, err
 	}
 	return expected + 1, nil
@@ -407,7 +376,7 @@ func (t *Table) update(ctx context.Context, db Execer, key any, exp int64, set [
 // or a typed error without sending anything when the key is missing or an
 // argument is invalid.
 func Delete[V Integer](ctx context.Context, db Execer, t *Table, key any, expected V) error {
-	exp, err := Int64(expected)
+	exp, err := vmodel.Int64(expected)
 	if err != nil {
 		return err
 	}
@@ -523,67 +492,7 @@ func (t *Table) appendKey(args []any, key any) ([]any, error) {
 }
 
 // missing says why v cannot be a key value, or "" when it can.
-func (t *Table) missing(v any) string { return missingKey(v, t.cfg.zeroKey) }
-
-func missingKey(v any, zeroOK bool) string {
-	const zero = "zero value (use WithZeroKey if it is a real key)"
-	switch x := v.(type) {
-	case nil:
-		return "nil"
-	case int:
-		if x == 0 && !zeroOK {
-			return zero
-		}
-		return ""
-	case int64:
-		if x == 0 && !zeroOK {
-			return zero
-		}
-		return ""
-	case int32:
-		if x == 0 && !zeroOK {
-			return zero
-		}
-		return ""
-	case string:
-		if x == "" && !zeroOK {
-			return zero
-		}
-		return ""
-	case []byte:
-		if x == nil {
-			return "nil"
-		}
-		if len(x) == 0 && !zeroOK {
-			return zero
-		}
-		return ""
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		if rv.IsNil() {
-			return "nil " + rv.Type().String()
-		}
-	}
-	if vr, ok := v.(driver.Valuer); ok {
-		dv, err := vr.Value()
-		if err != nil {
-			return "its Value method failed: " + err.Error()
-		}
-		if dv == nil {
-			return "NULL"
-		}
-		return missingKey(dv, zeroOK)
-	}
-	if rv.Kind() == reflect.Pointer {
-		return missingKey(rv.Elem().Interface(), zeroOK)
-	}
-	if !zeroOK && rv.IsZero() {
-		return zero
-	}
-	return ""
-}
+func (t *Table) missing(v any) string { return vmodel.MissingKey(v, t.cfg.zeroKey) }
 
 // isNilHandle reports an untyped nil or a nil pointer (or other nil-able
 // value) inside the interface.

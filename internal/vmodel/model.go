@@ -1,4 +1,4 @@
-package versioned
+package vmodel
 
 import (
 	"fmt"
@@ -58,7 +58,7 @@ func ParseTag(s string) (Tag, error) {
 			}
 			seenCol = true
 			t.Column = strings.TrimSpace(item[len("column="):])
-			if err := checkIdent("tag", "column", t.Column); err != nil {
+			if err := CheckIdent("tag", "column", t.Column); err != nil {
 				return Tag{}, fmt.Errorf("bad column in lock tag %q: %w", s, err)
 			}
 		default:
@@ -89,28 +89,77 @@ func (t Tag) String() string {
 	return s
 }
 
-// Field is a struct's version field, found and checked once per type. ORM
-// integrations read and write the version through it without further
-// reflection on the type.
+// Int is an integer version type: its bounds, and how a version of it is
+// read, stored and incremented. GORM's schema finds the field; this says
+// what a version in it may be.
+type Int struct {
+	Type reflect.Type // the field's type (int8, a named type on uint32, …)
+	Min  int64        // smallest version the type holds
+	Max  int64        // largest version the type holds (capped at math.MaxInt64)
+}
+
+// IntOf returns the Int of t, or the reason t cannot be a version type:
+// it must be a plain Go integer (a pointer to one would make the version
+// nullable, and NULL never equals the expected version).
+func IntOf(t reflect.Type) (Int, string) {
+	if t.Kind() == reflect.Pointer {
+		if _, _, ok := KindBounds(t.Elem().Kind()); ok {
+			return Int{}, "nullable versions (" + t.String() + ") are not supported: NULL never equals the expected version; use a plain integer field and a NOT NULL DEFAULT 1 column"
+		}
+	}
+	lo, hi, ok := KindBounds(t.Kind())
+	if !ok {
+		return Int{}, "the version must be a Go integer type (int, int8 … int64, uint … uint64), not " + t.String()
+	}
+	return Int{Type: t, Min: lo, Max: hi}, ""
+}
+
+// Signed reports whether the type is a signed integer.
+func (n Int) Signed() bool { k := n.Type.Kind(); return k >= reflect.Int && k <= reflect.Int64 }
+
+// Next returns cur + 1, or *OverflowError when cur is the type's largest
+// value (or outside its range).
+func (n Int) Next(cur int64) (int64, error) { return next(cur, n.Min, n.Max, n.Type.String()) }
+
+// Load returns the version held by fv, a value of the type.
+func (n Int) Load(fv reflect.Value) (int64, error) {
+	if n.Signed() {
+		return fv.Int(), nil
+	}
+	u := fv.Uint()
+	if u > math.MaxInt64 {
+		return 0, &OverflowError{Type: n.Type.String(), Value: strconv.FormatUint(u, 10), Min: n.Min, Max: n.Max}
+	}
+	return int64(u), nil
+}
+
+// Store stores x in fv, a settable value of the type; a value outside the
+// range is *OverflowError and leaves fv unchanged. A value already equal is
+// not written again.
+func (n Int) Store(fv reflect.Value, x int64) error {
+	if x < n.Min || x > n.Max {
+		return &OverflowError{Type: n.Type.String(), Value: strconv.FormatInt(x, 10), Min: n.Min, Max: n.Max}
+	}
+	if n.Signed() {
+		if fv.Int() != x {
+			fv.SetInt(x)
+		}
+	} else if fv.Uint() != uint64(x) {
+		fv.SetUint(uint64(x))
+	}
+	return nil
+}
+
+// Field is a struct's version field, found and checked once per type.
 type Field struct {
-	Name   string       // the Go field name
-	Index  []int        // for reflect.Value.FieldByIndex from the struct
-	Type   reflect.Type // the field's type (int8, a named type on uint32, …)
-	Kind   reflect.Kind // its integer kind
-	Column string       // column name hint: lock column=, else db:"…", else SnakeCase(Name)
-	DBTag  string       // the db tag's name part, "" when absent
-	Min    int64        // smallest version the field holds
-	Max    int64        // largest version the field holds (capped at math.MaxInt64)
+	Int
+	Name   string // the Go field name
+	Index  []int  // for reflect.Value.FieldByIndex from the struct
+	Column string // column name hint: lock column=, else db:"…", else SnakeCase(Name)
+	DBTag  string // the db tag's name part, "" when absent
 
 	owner reflect.Type
 }
-
-// Signed reports whether the field is a signed integer.
-func (f *Field) Signed() bool { return f.Kind >= reflect.Int && f.Kind <= reflect.Int64 }
-
-// Next returns cur + 1, or *OverflowError when cur is the field's largest
-// value (or outside its range).
-func (f *Field) Next(cur int64) (int64, error) { return next(cur, f.Min, f.Max, f.Type.String()) }
 
 // Get returns the version held by v, a struct of the field's type or a
 // pointer to one.
@@ -119,14 +168,7 @@ func (f *Field) Get(v reflect.Value) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if f.Signed() {
-		return fv.Int(), nil
-	}
-	u := fv.Uint()
-	if u > math.MaxInt64 {
-		return 0, &OverflowError{Type: f.Type.String(), Value: strconv.FormatUint(u, 10), Min: f.Min, Max: f.Max}
-	}
-	return int64(u), nil
+	return f.Load(fv)
 }
 
 // Set stores n in v's version field; v must be a pointer to the struct (or
@@ -137,27 +179,19 @@ func (f *Field) Set(v reflect.Value, n int64) error {
 	if err != nil {
 		return err
 	}
-	if n < f.Min || n > f.Max {
-		return &OverflowError{Type: f.Type.String(), Value: strconv.FormatInt(n, 10), Min: f.Min, Max: f.Max}
-	}
-	if f.Signed() {
-		fv.SetInt(n)
-	} else {
-		fv.SetUint(uint64(n))
-	}
-	return nil
+	return f.Store(fv, n)
 }
 
 func (f *Field) value(v reflect.Value, set bool) (reflect.Value, error) {
 	const op = "version field"
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
-			return reflect.Value{}, inputErr(op, "value", "nil "+v.Type().String(), ErrInvalidArg)
+			return reflect.Value{}, InputErr(op, "value", "nil "+v.Type().String(), ErrInvalidArg)
 		}
 		v = v.Elem()
 	}
 	if !v.IsValid() || v.Type() != f.owner {
-		return reflect.Value{}, inputErr(op, "value", fmt.Sprintf("%s is not a %s or a pointer to one", typeOf(v), f.owner), ErrInvalidArg)
+		return reflect.Value{}, InputErr(op, "value", fmt.Sprintf("%s is not a %s or a pointer to one", typeOf(v), f.owner), ErrInvalidArg)
 	}
 	var fv reflect.Value
 	if len(f.Index) == 1 {
@@ -166,7 +200,7 @@ func (f *Field) value(v reflect.Value, set bool) (reflect.Value, error) {
 		fv = v.FieldByIndex(f.Index)
 	}
 	if set && !fv.CanSet() {
-		return reflect.Value{}, inputErr(op, "value", "the struct is not addressable: pass a pointer", ErrInvalidArg)
+		return reflect.Value{}, InputErr(op, "value", "the struct is not addressable: pass a pointer", ErrInvalidArg)
 	}
 	return fv, nil
 }
@@ -187,7 +221,7 @@ type KeyField struct {
 }
 
 // Model is what this package knows about a struct type: its version field
-// and its key fields. ModelOf computes it once per type.
+// and its key fields. Of computes it once per type.
 type Model struct {
 	Type    reflect.Type // the struct type
 	Version *Field
@@ -203,11 +237,11 @@ type modelEntry struct {
 	err error
 }
 
-// models caches ModelOf by struct type, verdicts included: a bad type fails
+// models caches Of by struct type, verdicts included: a bad type fails
 // the same way every time and is parsed once.
 var models sync.Map // reflect.Type → modelEntry
 
-// ModelOf returns the model of struct type t (or pointer to struct). It
+// Of returns the model of struct type t (or pointer to struct). It
 // fails with *TagError: ErrNoVersionField when no field is tagged
 // lock:"version", ErrInvalidModel for every misuse (a version that is not a
 // Go integer, a pointer such as *int64, two version fields, an unexported
@@ -215,9 +249,9 @@ var models sync.Map // reflect.Type → modelEntry
 //
 // Nullable versions (*int64, sql.NullInt64) are refused: NULL = $n is never
 // true and NULL + 1 is NULL, so a NULL version would turn every write into
-// a conflict or a silent no-op. Use a NOT NULL column with DEFAULT 0 (or 1)
+// a conflict or a silent no-op. Use a NOT NULL column with DEFAULT 1
 // and a plain integer field.
-func ModelOf(t reflect.Type) (*Model, error) {
+func Of(t reflect.Type) (*Model, error) {
 	if t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -235,9 +269,9 @@ func ModelOf(t reflect.Type) (*Model, error) {
 }
 
 // FieldOf returns the version field of struct type t (or pointer to
-// struct); see ModelOf for the errors.
+// struct); see Of for the errors.
 func FieldOf(t reflect.Type) (*Field, error) {
-	m, err := ModelOf(t)
+	m, err := Of(t)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +283,7 @@ func FieldOf(t reflect.Type) (*Field, error) {
 func VersionOf(v any) (int64, error) {
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() {
-		return 0, inputErr("version field", "value", "nil", ErrInvalidArg)
+		return 0, InputErr("version field", "value", "nil", ErrInvalidArg)
 	}
 	f, err := FieldOf(rv.Type())
 	if err != nil {
@@ -262,7 +296,7 @@ func VersionOf(v any) (int64, error) {
 func SetVersion(ptr any, n int64) error {
 	rv := reflect.ValueOf(ptr)
 	if rv.Kind() != reflect.Pointer {
-		return inputErr("version field", "value", fmt.Sprintf("%T is not a pointer to a struct", ptr), ErrInvalidArg)
+		return InputErr("version field", "value", fmt.Sprintf("%T is not a pointer to a struct", ptr), ErrInvalidArg)
 	}
 	f, err := FieldOf(rv.Type())
 	if err != nil {
@@ -280,58 +314,41 @@ func (m *Model) KeyColumns() []string {
 	return cols
 }
 
-// KeyOf returns the key value of v (a struct of m's type or a pointer to
-// one): the field's value for one key field, a CompositeKey for several. A
-// zero or nil key value is *KeyError (ErrNoKey): an unsaved struct must
-// never become an UPDATE or DELETE without a key.
-//
-// A CompositeKey is in the order of m.Keys (declaration order), which is
-// the key order of a Table built with [Model.Table] and of no other Table
-// in general: to write a struct to a Table built by hand, use
-// [UpdateStruct] and [DeleteStruct], which match key fields to the Table's
-// key columns by name.
-func (m *Model) KeyOf(v reflect.Value) (any, error) { return m.keyOf(v, false) }
-
-func (m *Model) keyOf(v reflect.Value, zeroOK bool) (any, error) {
+// KeyOf returns the key values of v (a struct of m's type or a pointer to
+// one), in the order of m.Keys (declaration order): one for one key field
+// (many nil, nothing allocated), several in many. A zero or nil key value
+// is *KeyError (ErrNoKey): an unsaved struct must never become an UPDATE or
+// DELETE without a key.
+func (m *Model) KeyOf(v reflect.Value) (one any, many []any, err error) {
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
-			return nil, inputErr("key", "value", "nil "+v.Type().String(), ErrInvalidArg)
+			return nil, nil, InputErr("key", "value", "nil "+v.Type().String(), ErrInvalidArg)
 		}
 		v = v.Elem()
 	}
 	if !v.IsValid() || v.Type() != m.Type {
-		return nil, inputErr("key", "value", fmt.Sprintf("%s is not a %s or a pointer to one", typeOf(v), m.Type), ErrInvalidArg)
+		return nil, nil, InputErr("key", "value", fmt.Sprintf("%s is not a %s or a pointer to one", typeOf(v), m.Type), ErrInvalidArg)
 	}
 	if len(m.Keys) == 0 {
-		return nil, &KeyError{Table: m.Type.String(), Reason: `no key field: tag the key field(s) lock:"key"`}
+		return nil, nil, &KeyError{Table: m.Type.String(), Reason: `no key field: tag the key field(s) lock:"key"`}
 	}
-	if len(m.Keys) == 1 { // the common case, without a CompositeKey to allocate
+	if len(m.Keys) == 1 {
 		k := m.Keys[0]
 		x := v.FieldByIndex(k.Index).Interface()
-		if reason := missingKey(x, zeroOK); reason != "" {
-			return nil, &KeyError{Table: m.Type.String(), Column: k.Column, Reason: reason}
+		if reason := MissingKey(x, false); reason != "" {
+			return nil, nil, &KeyError{Table: m.Type.String(), Column: k.Column, Reason: reason}
 		}
-		return x, nil
+		return x, nil, nil
 	}
-	vals := make(CompositeKey, len(m.Keys))
+	vals := make([]any, len(m.Keys))
 	for i, k := range m.Keys {
 		x := v.FieldByIndex(k.Index).Interface()
-		if reason := missingKey(x, zeroOK); reason != "" {
-			return nil, &KeyError{Table: m.Type.String(), Column: k.Column, Reason: reason}
+		if reason := MissingKey(x, false); reason != "" {
+			return nil, nil, &KeyError{Table: m.Type.String(), Column: k.Column, Reason: reason}
 		}
 		vals[i] = x
 	}
-	return vals, nil
-}
-
-// Table is NewTable(name) with the model's key and version column hints,
-// then opts (which may override them).
-func (m *Model) Table(name string, opts ...Option) (*Table, error) {
-	base := []Option{WithVersionColumn(m.Version.Column)}
-	if len(m.Keys) > 0 {
-		base = append(base, WithKey(m.KeyColumns()...))
-	}
-	return NewTable(name, append(base, opts...)...)
+	return nil, vals, nil
 }
 
 func parseModel(t reflect.Type) (*Model, error) {
@@ -420,25 +437,16 @@ func (m *Model) addTagged(t reflect.Type, sf reflect.StructField, idx []int, raw
 	if m.Version != nil {
 		return bad("a second version field (the first is " + m.Version.Name + ")")
 	}
-	ft := sf.Type
-	if ft.Kind() == reflect.Pointer {
-		if _, _, ok := kindBounds(ft.Elem().Kind()); ok {
-			return bad("nullable versions (" + ft.String() + ") are not supported: NULL never equals the expected version; use a plain integer field and a NOT NULL DEFAULT 0 column")
-		}
-	}
-	lo, hi, ok := kindBounds(ft.Kind())
-	if !ok {
-		return bad("the version must be a Go integer type (int, int8 … int64, uint … uint64), not " + ft.String())
+	n, reason := IntOf(sf.Type)
+	if reason != "" {
+		return bad(reason)
 	}
 	m.Version = &Field{
+		Int:    n,
 		Name:   sf.Name,
 		Index:  idx,
-		Type:   ft,
-		Kind:   ft.Kind(),
 		Column: columnHint(sf, tag.Column),
 		DBTag:  dbTag(sf),
-		Min:    lo,
-		Max:    hi,
 		owner:  t,
 	}
 	return nil

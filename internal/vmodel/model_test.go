@@ -1,4 +1,4 @@
-package versioned_test
+package vmodel_test
 
 import (
 	"errors"
@@ -8,11 +8,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sqlock/sqlock/versioned"
+	"github.com/sqlock/sqlock/internal/vmodel"
 )
 
 func TestParseTag(t *testing.T) {
-	good := map[string]versioned.Tag{
+	good := map[string]vmodel.Tag{
 		"version":               {Version: true},
 		"key":                   {Key: true},
 		" version ":             {Version: true},
@@ -24,7 +24,7 @@ func TestParseTag(t *testing.T) {
 		"version,column==weird": {Version: true, Column: "=weird"},
 	}
 	for in, want := range good {
-		got, err := versioned.ParseTag(in)
+		got, err := vmodel.ParseTag(in)
 		if in == "version, column = x " {
 			if err == nil {
 				t.Errorf("ParseTag(%q) accepted", in)
@@ -35,7 +35,7 @@ func TestParseTag(t *testing.T) {
 			t.Errorf("ParseTag(%q) = %+v, %v; want %+v", in, got, err, want)
 			continue
 		}
-		again, err := versioned.ParseTag(got.String())
+		again, err := vmodel.ParseTag(got.String())
 		if err != nil || again != got {
 			t.Errorf("round trip of %q via %q = %+v, %v", in, got.String(), again, err)
 		}
@@ -43,7 +43,7 @@ func TestParseTag(t *testing.T) {
 	for _, bad := range []string{"", " ", "verison", "Version", "version,", ",version", "version,,key",
 		"version,version", "key,key", "version,key", "column=x", "version,column=", "version,column=a,column=b",
 		"version,column=a\x00b", "version,column=\xff", "-", "version;key", "optimistic"} {
-		if tag, err := versioned.ParseTag(bad); err == nil {
+		if tag, err := vmodel.ParseTag(bad); err == nil {
 			t.Errorf("ParseTag(%q) = %+v, want an error", bad, tag)
 		}
 	}
@@ -55,7 +55,7 @@ func TestSnakeCase(t *testing.T) {
 		"HTTPStatus": "http_status", "Rev2": "rev2", "V2Count": "v2_count", "already_snake": "already_snake",
 		"ÄrgerNis": "ärger_nis", "": "",
 	} {
-		if got := versioned.SnakeCase(in); got != want {
+		if got := vmodel.SnakeCase(in); got != want {
 			t.Errorf("SnakeCase(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -85,12 +85,12 @@ type PtrBase struct {
 }
 
 func TestModelOf(t *testing.T) {
-	m, err := versioned.ModelOf(reflect.TypeOf(&embedsBase{}))
+	m, err := vmodel.Of(reflect.TypeOf(&embedsBase{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := m.Version
-	if f.Name != "Rev" || !reflect.DeepEqual(f.Index, []int{0, 0}) || f.Kind != reflect.Uint16 ||
+	if f.Name != "Rev" || !reflect.DeepEqual(f.Index, []int{0, 0}) || f.Type.Kind() != reflect.Uint16 ||
 		f.Column != "rev" || f.DBTag != "rev" || f.Min != 0 || f.Max != math.MaxUint16 || f.Signed() {
 		t.Fatalf("field = %+v", *f)
 	}
@@ -105,30 +105,30 @@ func TestModelOf(t *testing.T) {
 	if err := f.Set(reflect.ValueOf(&v), n); err != nil || v.Rev != 65535 {
 		t.Fatalf("Set: %v, %d", err, v.Rev)
 	}
-	if _, err := f.Next(65535); !errors.Is(err, versioned.ErrOverflow) {
+	if _, err := f.Next(65535); !errors.Is(err, vmodel.ErrOverflow) {
 		t.Fatalf("Next at max: %v", err)
 	}
-	if err := f.Set(reflect.ValueOf(&v), 65536); !errors.Is(err, versioned.ErrOverflow) || v.Rev != 65535 {
+	if err := f.Set(reflect.ValueOf(&v), 65536); !errors.Is(err, vmodel.ErrOverflow) || v.Rev != 65535 {
 		t.Fatalf("Set out of range: %v, %d", err, v.Rev)
 	}
-	if err := f.Set(reflect.ValueOf(v), 1); !errors.Is(err, versioned.ErrInvalidArg) {
+	if err := f.Set(reflect.ValueOf(v), 1); !errors.Is(err, vmodel.ErrInvalidArg) {
 		t.Fatalf("Set on a non-addressable struct: %v", err)
 	}
-	if _, err := f.Get(reflect.ValueOf(tenantDoc{})); !errors.Is(err, versioned.ErrInvalidArg) {
+	if _, err := f.Get(reflect.ValueOf(tenantDoc{})); !errors.Is(err, vmodel.ErrInvalidArg) {
 		t.Fatalf("Get on another type: %v", err)
 	}
-	if _, err := f.Get(reflect.ValueOf((*embedsBase)(nil))); !errors.Is(err, versioned.ErrInvalidArg) {
+	if _, err := f.Get(reflect.ValueOf((*embedsBase)(nil))); !errors.Is(err, vmodel.ErrInvalidArg) {
 		t.Fatalf("Get on nil: %v", err)
 	}
-	key, err := m.KeyOf(reflect.ValueOf(&v))
+	key, _, err := m.KeyOf(reflect.ValueOf(&v))
 	if err != nil || key != "a" {
 		t.Fatalf("KeyOf = %v, %v", key, err)
 	}
-	if _, err := m.KeyOf(reflect.ValueOf(embedsBase{})); !errors.Is(err, versioned.ErrNoKey) {
+	if _, _, err := m.KeyOf(reflect.ValueOf(embedsBase{})); !errors.Is(err, vmodel.ErrNoKey) {
 		t.Fatalf("KeyOf zero: %v", err)
 	}
 
-	m2, err := versioned.ModelOf(reflect.TypeOf(tenantDoc{}))
+	m2, err := vmodel.Of(reflect.TypeOf(tenantDoc{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,36 +136,28 @@ func TestModelOf(t *testing.T) {
 		!reflect.DeepEqual(m2.KeyColumns(), []string{"tenant_id", "doc"}) {
 		t.Fatalf("model = %+v %+v", *m2.Version, m2.KeyColumns())
 	}
-	key, err = m2.KeyOf(reflect.ValueOf(tenantDoc{Tenant: "t", DocID: 4}))
-	if err != nil || !reflect.DeepEqual(key, versioned.CompositeKey{"t", int64(4)}) {
-		t.Fatalf("composite KeyOf = %v, %v", key, err)
+	_, keys, err := m2.KeyOf(reflect.ValueOf(tenantDoc{Tenant: "t", DocID: 4}))
+	if err != nil || !reflect.DeepEqual(keys, []any{"t", int64(4)}) {
+		t.Fatalf("composite KeyOf = %v, %v", keys, err)
 	}
-	var ke *versioned.KeyError
-	if _, err := m2.KeyOf(reflect.ValueOf(tenantDoc{Tenant: "t"})); !errors.As(err, &ke) || ke.Column != "doc" {
+	var ke *vmodel.KeyError
+	if _, _, err := m2.KeyOf(reflect.ValueOf(tenantDoc{Tenant: "t"})); !errors.As(err, &ke) || ke.Column != "doc" {
 		t.Fatalf("partial composite key: %v", err)
 	}
-	tbl, err := m2.Table("docs", versioned.WithDialect(versioned.MySQL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := tbl.UpdateSQL("body"); got != "UPDATE `docs` SET `body` = ?, `lock_version` = `lock_version` + 1 WHERE `tenant_id` = ? AND `doc` = ? AND `lock_version` = ?" {
-		t.Fatalf("model table SQL: %s", got)
-	}
-
 	// Pointer and value types share one cached model.
-	a, _ := versioned.FieldOf(reflect.TypeOf(tenantDoc{}))
-	b, _ := versioned.FieldOf(reflect.TypeOf(&tenantDoc{}))
+	a, _ := vmodel.FieldOf(reflect.TypeOf(tenantDoc{}))
+	b, _ := vmodel.FieldOf(reflect.TypeOf(&tenantDoc{}))
 	if a != b {
 		t.Fatal("FieldOf(T) and FieldOf(*T) differ")
 	}
-	if n, err := versioned.VersionOf(&tenantDoc{Version: -3}); err != nil || n != -3 {
+	if n, err := vmodel.VersionOf(&tenantDoc{Version: -3}); err != nil || n != -3 {
 		t.Fatalf("VersionOf = %d, %v", n, err)
 	}
 	d := tenantDoc{}
-	if err := versioned.SetVersion(&d, 9); err != nil || d.Version != 9 {
+	if err := vmodel.SetVersion(&d, 9); err != nil || d.Version != 9 {
 		t.Fatalf("SetVersion: %v %d", err, d.Version)
 	}
-	if err := versioned.SetVersion(d, 9); !errors.Is(err, versioned.ErrInvalidArg) {
+	if err := vmodel.SetVersion(d, 9); !errors.Is(err, vmodel.ErrInvalidArg) {
 		t.Fatalf("SetVersion on a value: %v", err)
 	}
 }
@@ -177,7 +169,7 @@ func TestModelOfAllIntegerKinds(t *testing.T) {
 			{Name: "ID", Type: reflect.TypeOf(int64(0))},
 			{Name: "V", Type: typ, Tag: `lock:"version"`},
 		})
-		f, err := versioned.FieldOf(st)
+		f, err := vmodel.FieldOf(st)
 		if err != nil {
 			t.Fatalf("%s: %v", typ, err)
 		}
@@ -191,7 +183,7 @@ func TestModelOfAllIntegerKinds(t *testing.T) {
 		if got, err := f.Get(p); err != nil || got != hi {
 			t.Fatalf("%s: Get = %d, %v", typ, got, err)
 		}
-		if _, err := f.Next(hi); !errors.Is(err, versioned.ErrOverflow) {
+		if _, err := f.Next(hi); !errors.Is(err, vmodel.ErrOverflow) {
 			t.Errorf("%s: Next(max) = %v", typ, err)
 		}
 		if n, err := f.Next(hi - 1); err != nil || n != hi {
@@ -211,10 +203,10 @@ func TestModelOfAllIntegerKinds(t *testing.T) {
 
 	// A uint64 above MaxInt64 cannot be bound by database/sql: overflow.
 	st := reflect.StructOf([]reflect.StructField{{Name: "V", Type: reflect.TypeOf(uint64(0)), Tag: `lock:"version"`}})
-	f, _ := versioned.FieldOf(st)
+	f, _ := vmodel.FieldOf(st)
 	p := reflect.New(st)
 	p.Elem().Field(0).SetUint(math.MaxUint64)
-	if _, err := f.Get(p); !errors.Is(err, versioned.ErrOverflow) {
+	if _, err := f.Get(p); !errors.Is(err, vmodel.ErrOverflow) {
 		t.Fatalf("Get of a uint64 above MaxInt64: %v", err)
 	}
 }
@@ -279,41 +271,41 @@ func TestModelOfRejects(t *testing.T) {
 		want   error
 		reason string
 	}{
-		{strVersion{}, versioned.ErrInvalidModel, "Go integer type"},
-		{floatVersion{}, versioned.ErrInvalidModel, "not float64"},
-		{ptrVersion{}, versioned.ErrInvalidModel, "nullable versions (*int64)"},
-		{uintptrVersion{}, versioned.ErrInvalidModel, "not uintptr"},
-		{twoVersions{}, versioned.ErrInvalidModel, "second version field (the first is A)"},
-		{embeddedTwo{}, versioned.ErrInvalidModel, "second version field (the first is Rev)"},
-		{shadowedTwo{}, versioned.ErrInvalidModel, "second version field"},
-		{viaPointer{}, versioned.ErrInvalidModel, "embedded pointer *versioned_test.PtrBase"},
-		{unexportedVersion{}, versioned.ErrInvalidModel, "unexported"},
-		{typoTag{}, versioned.ErrInvalidModel, `unknown item "verison"`},
-		{emptyTag{}, versioned.ErrInvalidModel, "empty lock tag"},
-		{keyAndVersion{}, versioned.ErrInvalidModel, "both version and key"},
-		{badKeyTag{}, versioned.ErrInvalidModel, "bad column"},
-		{noVersion{}, versioned.ErrNoVersionField, "no field tagged"},
-		{42, versioned.ErrInvalidModel, "not a struct"},
-		{[]strVersion{}, versioned.ErrInvalidModel, "not a struct"},
+		{strVersion{}, vmodel.ErrInvalidModel, "Go integer type"},
+		{floatVersion{}, vmodel.ErrInvalidModel, "not float64"},
+		{ptrVersion{}, vmodel.ErrInvalidModel, "nullable versions (*int64)"},
+		{uintptrVersion{}, vmodel.ErrInvalidModel, "not uintptr"},
+		{twoVersions{}, vmodel.ErrInvalidModel, "second version field (the first is A)"},
+		{embeddedTwo{}, vmodel.ErrInvalidModel, "second version field (the first is Rev)"},
+		{shadowedTwo{}, vmodel.ErrInvalidModel, "second version field"},
+		{viaPointer{}, vmodel.ErrInvalidModel, "embedded pointer *vmodel_test.PtrBase"},
+		{unexportedVersion{}, vmodel.ErrInvalidModel, "unexported"},
+		{typoTag{}, vmodel.ErrInvalidModel, `unknown item "verison"`},
+		{emptyTag{}, vmodel.ErrInvalidModel, "empty lock tag"},
+		{keyAndVersion{}, vmodel.ErrInvalidModel, "both version and key"},
+		{badKeyTag{}, vmodel.ErrInvalidModel, "bad column"},
+		{noVersion{}, vmodel.ErrNoVersionField, "no field tagged"},
+		{42, vmodel.ErrInvalidModel, "not a struct"},
+		{[]strVersion{}, vmodel.ErrInvalidModel, "not a struct"},
 	}
 	for _, tc := range cases {
 		typ := reflect.TypeOf(tc.v)
 		for i := 0; i < 2; i++ { // the verdict is cached and repeated
-			f, err := versioned.FieldOf(typ)
-			var te *versioned.TagError
+			f, err := vmodel.FieldOf(typ)
+			var te *vmodel.TagError
 			if f != nil || !errors.Is(err, tc.want) || !errors.As(err, &te) || !strings.Contains(err.Error(), tc.reason) {
 				t.Errorf("FieldOf(%s) = %v, %v; want %v mentioning %q", typ, f, err, tc.want, tc.reason)
 			}
 		}
 	}
-	if _, err := versioned.FieldOf(nil); !errors.Is(err, versioned.ErrInvalidModel) {
+	if _, err := vmodel.FieldOf(nil); !errors.Is(err, vmodel.ErrInvalidModel) {
 		t.Errorf("FieldOf(nil) = %v", err)
 	}
 	// A self-referencing embedded pointer terminates.
-	if f, err := versioned.FieldOf(reflect.TypeOf(selfRef{})); err != nil || f.Name != "V" {
+	if f, err := vmodel.FieldOf(reflect.TypeOf(selfRef{})); err != nil || f.Name != "V" {
 		t.Errorf("selfRef: %v, %v", f, err)
 	}
-	if _, err := versioned.VersionOf(nil); !errors.Is(err, versioned.ErrInvalidArg) {
+	if _, err := vmodel.VersionOf(nil); !errors.Is(err, vmodel.ErrInvalidArg) {
 		t.Errorf("VersionOf(nil) = %v", err)
 	}
 }
@@ -325,12 +317,12 @@ func TestModelOfConcurrent(t *testing.T) {
 	}
 	typ := reflect.TypeOf(fresh{})
 	var wg sync.WaitGroup
-	got := make([]*versioned.Field, 16)
+	got := make([]*vmodel.Field, 16)
 	for i := range got {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], _ = versioned.FieldOf(typ)
+			got[i], _ = vmodel.FieldOf(typ)
 		}()
 	}
 	wg.Wait()
@@ -342,7 +334,7 @@ func TestModelOfConcurrent(t *testing.T) {
 }
 
 func TestFieldAccessAllocatesNothing(t *testing.T) {
-	f, err := versioned.FieldOf(reflect.TypeOf(tenantDoc{}))
+	f, err := vmodel.FieldOf(reflect.TypeOf(tenantDoc{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,46 +351,46 @@ func TestFieldAccessAllocatesNothing(t *testing.T) {
 }
 
 func TestNextAndBounds(t *testing.T) {
-	if v, err := versioned.Next(int8(126)); err != nil || v != 127 {
+	if v, err := vmodel.Next(int8(126)); err != nil || v != 127 {
 		t.Fatalf("Next(int8 126) = %d, %v", v, err)
 	}
-	_, err := versioned.Next(int8(127))
-	var oe *versioned.OverflowError
+	_, err := vmodel.Next(int8(127))
+	var oe *vmodel.OverflowError
 	if !errors.As(err, &oe) || oe.Type != "int8" || oe.Max != 127 || oe.Value != "127" {
 		t.Fatalf("Next(int8 127) = %v", err)
 	}
-	if _, err := versioned.Next(uint8(255)); !errors.Is(err, versioned.ErrOverflow) {
+	if _, err := vmodel.Next(uint8(255)); !errors.Is(err, vmodel.ErrOverflow) {
 		t.Fatal(err)
 	}
-	if _, err := versioned.Next(Rev(math.MaxInt32)); err == nil || !strings.Contains(err.Error(), "versioned_test.Rev") {
+	if _, err := vmodel.Next(Rev(math.MaxInt32)); err == nil || !strings.Contains(err.Error(), "vmodel_test.Rev") {
 		t.Fatalf("named type overflow: %v", err)
 	}
-	if v, err := versioned.Next(int64(-1)); err != nil || v != 0 {
+	if v, err := vmodel.Next(int64(-1)); err != nil || v != 0 {
 		t.Fatalf("Next(-1) = %d, %v", v, err)
 	}
-	if _, err := versioned.Next(uint64(math.MaxUint64)); !errors.Is(err, versioned.ErrOverflow) {
+	if _, err := vmodel.Next(uint64(math.MaxUint64)); !errors.Is(err, vmodel.ErrOverflow) {
 		t.Fatal(err)
 	}
-	if _, err := versioned.Int64(uint64(1 << 63)); !errors.Is(err, versioned.ErrOverflow) {
+	if _, err := vmodel.Int64(uint64(1 << 63)); !errors.Is(err, vmodel.ErrOverflow) {
 		t.Fatal(err)
 	}
-	if lo, hi := versioned.Bounds[uint32](); lo != 0 || hi != math.MaxUint32 {
+	if lo, hi := vmodel.Bounds[uint32](); lo != 0 || hi != math.MaxUint32 {
 		t.Fatalf("Bounds[uint32] = %d, %d", lo, hi)
 	}
-	if lo, hi := versioned.Bounds[int16](); lo != math.MinInt16 || hi != math.MaxInt16 {
+	if lo, hi := vmodel.Bounds[int16](); lo != math.MinInt16 || hi != math.MaxInt16 {
 		t.Fatalf("Bounds[int16] = %d, %d", lo, hi)
 	}
 }
 
 func TestKindBounds(t *testing.T) {
-	if lo, hi, ok := versioned.KindBounds(reflect.Int8); !ok || lo != math.MinInt8 || hi != math.MaxInt8 {
+	if lo, hi, ok := vmodel.KindBounds(reflect.Int8); !ok || lo != math.MinInt8 || hi != math.MaxInt8 {
 		t.Fatalf("Int8: %d %d %v", lo, hi, ok)
 	}
-	if _, hi, ok := versioned.KindBounds(reflect.Uint64); !ok || hi != math.MaxInt64 {
+	if _, hi, ok := vmodel.KindBounds(reflect.Uint64); !ok || hi != math.MaxInt64 {
 		t.Fatalf("Uint64: %d %v", hi, ok)
 	}
 	for _, k := range []reflect.Kind{reflect.Uintptr, reflect.Float64, reflect.String, reflect.Pointer, reflect.Invalid} {
-		if _, _, ok := versioned.KindBounds(k); ok {
+		if _, _, ok := vmodel.KindBounds(k); ok {
 			t.Errorf("%s accepted", k)
 		}
 	}

@@ -1,0 +1,123 @@
+package vmodel
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// The sentinels and error types of a struct model. Package versioned
+// re-exports them under the same names (its ErrOverflow is this
+// ErrOverflow, its *TagError this *TagError), so errors.Is and errors.As
+// work the same whichever package returned the error.
+var (
+	ErrOverflow       = errors.New("versioned: version overflow")
+	ErrNoKey          = errors.New("versioned: missing key value")
+	ErrInvalidModel   = errors.New("versioned: invalid model")
+	ErrNoVersionField = errors.New("versioned: no lock:\"version\" field")
+	ErrNilHandle      = errors.New("versioned: nil database handle")
+	ErrInvalidIdent   = errors.New("versioned: invalid identifier")
+	ErrInvalidArg     = errors.New("versioned: invalid argument")
+)
+
+// OverflowError reports a version that cannot be incremented, or a value that
+// does not fit the version's type. Nothing was sent to the database.
+type OverflowError struct {
+	Type  string // the Go type of the version ("int8", "uint64", …)
+	Value string // the offending value, in decimal
+	Max   int64  // the largest version the type can take here
+	Min   int64  // the smallest
+}
+
+func (e *OverflowError) Error() string {
+	return fmt.Sprintf("versioned: version overflow: %s does not fit or cannot be incremented within %s [%d, %d]",
+		e.Value, e.Type, e.Min, e.Max)
+}
+
+// Is makes errors.Is(err, ErrOverflow) true.
+func (e *OverflowError) Is(target error) bool { return target == ErrOverflow }
+
+// KeyError reports a missing key value: the write was refused, nothing was
+// sent.
+type KeyError struct {
+	Table  string
+	Column string // the key column with no value or no matching field ("" when the key's shape is wrong)
+	Reason string
+}
+
+func (e *KeyError) Error() string {
+	s := "versioned: missing key value for " + e.Table
+	if e.Column != "" {
+		s += "." + e.Column
+	}
+	return s + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrNoKey) true.
+func (e *KeyError) Is(target error) bool { return target == ErrNoKey }
+
+// TagError reports a struct type whose lock tags cannot be used, the first
+// time the type is seen (the verdict is cached with the type).
+type TagError struct {
+	Type   reflect.Type // the struct type
+	Field  string       // the Go field name ("" for the type as a whole)
+	Tag    string       // the lock tag's value, when there is one
+	Reason string
+	noVer  bool // ErrNoVersionField rather than ErrInvalidModel
+}
+
+func (e *TagError) Error() string {
+	var b strings.Builder
+	b.WriteString("versioned: ")
+	if e.Type != nil {
+		b.WriteString(e.Type.String())
+	} else {
+		b.WriteString("<nil type>")
+	}
+	if e.Field != "" {
+		b.WriteString(".")
+		b.WriteString(e.Field)
+	}
+	if e.Tag != "" {
+		b.WriteString(` lock:"`)
+		b.WriteString(e.Tag)
+		b.WriteString(`"`)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Is makes errors.Is true for ErrInvalidModel, or for ErrNoVersionField when
+// the type simply has no version field.
+func (e *TagError) Is(target error) bool {
+	if e.noVer {
+		return target == ErrNoVersionField
+	}
+	return target == ErrInvalidModel
+}
+
+// InputError reports a bad argument: a nil handle, an invalid identifier,
+// or another argument the call cannot honour. Nothing was sent.
+type InputError struct {
+	Op     string // the call: "update", "delete", "compare-and-swap", "table", "check", "quote"
+	Arg    string // which argument: "db", "table", "column", "set", …
+	Reason string
+	Kind   error // ErrNilHandle, ErrInvalidIdent or ErrInvalidArg
+}
+
+func (e *InputError) Error() string {
+	return "versioned: " + e.Op + ": " + e.Arg + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, e.Kind) true.
+func (e *InputError) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the sentinel.
+func (e *InputError) Unwrap() error { return e.Kind }
+
+// InputErr returns an *InputError.
+func InputErr(op, arg, reason string, kind error) error {
+	return &InputError{Op: op, Arg: arg, Reason: reason, Kind: kind}
+}
