@@ -99,6 +99,8 @@ func TestNoLeakUnderCancellation(t *testing.T) {
 				v.(*atomic.Int64).Add(1)
 			}
 			var next atomic.Int64
+			var win window
+			win.ns.Store(int64(3 * time.Millisecond))
 			var wg sync.WaitGroup
 			for w := 0; w < workers; w++ {
 				wg.Add(1)
@@ -106,7 +108,7 @@ func TestNoLeakUnderCancellation(t *testing.T) {
 					defer wg.Done()
 					for next.Add(1) <= iterations {
 						ki := rand.IntN(len(keys))
-						if err := cancelIteration(p.l, keys[ki], &writers[ki], &readers[ki], count); err != nil {
+						if err := cancelIteration(p.l, keys[ki], &writers[ki], &readers[ki], count, &win); err != nil {
 							t.Error(err)
 							return
 						}
@@ -140,7 +142,8 @@ func TestNoLeakUnderCancellation(t *testing.T) {
 				summary += fmt.Sprintf(" %s=%d", k, v.(*atomic.Int64).Load())
 				return true
 			})
-			t.Logf("%d acquisitions:%s; %d pooled connections checked", iterations, summary, n)
+			t.Logf("%d acquisitions:%s; %d pooled connections checked; cancellation window at the end %v",
+				iterations, summary, n, time.Duration(win.ns.Load()))
 			for _, c := range []string{"cancelled-before", "cancelled-waiting", "acquired-then-cancelled", "deadline", "acquired"} {
 				if v, ok := counts.Load(c); !ok || v.(*atomic.Int64).Load() == 0 {
 					t.Errorf("no iteration ended as %s: the test did not exercise it", c)
@@ -152,7 +155,7 @@ func TestNoLeakUnderCancellation(t *testing.T) {
 
 // cancelIteration is one acquisition with a context that ends at a random
 // point.
-func cancelIteration(l *advisory.Locker, key advisory.Key, writers, readers *atomic.Int32, count func(string)) error {
+func cancelIteration(l *advisory.Locker, key advisory.Key, writers, readers *atomic.Int32, count func(string), win *window) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	shared := rand.IntN(5) == 0
@@ -189,13 +192,13 @@ func cancelIteration(l *advisory.Locker, key advisory.Key, writers, readers *ato
 	case 0: // cancelled before the call
 		cancel()
 	case 1: // cancelled while (probably) waiting
-		time.AfterFunc(time.Duration(rand.IntN(3000))*time.Microsecond, cancel)
+		time.AfterFunc(win.draw(), cancel)
 	case 2: // a deadline
 		var dcancel context.CancelFunc
-		ctx, dcancel = context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
+		ctx, dcancel = context.WithTimeout(ctx, win.draw())
 		defer dcancel()
 	case 4: // Do, cancelled at a random point
-		time.AfterFunc(time.Duration(rand.IntN(3000))*time.Microsecond, cancel)
+		time.AfterFunc(win.draw(), cancel)
 		do := l.Do
 		if shared {
 			do = l.DoShared
@@ -212,9 +215,13 @@ func cancelIteration(l *advisory.Locker, key advisory.Key, writers, readers *ato
 		if inside != nil {
 			return inside
 		}
+		win.adapt(err == nil)
 		return classify(err, mode, count)
 	}
 	lk, err := lock(ctx, key)
+	if mode == 1 || mode == 2 {
+		win.adapt(err == nil)
+	}
 	if err != nil {
 		return classify(err, mode, count)
 	}
@@ -249,4 +256,27 @@ func classify(err error, mode int, count func(string)) error {
 		return fmt.Errorf("unexpected error: %w", err)
 	}
 	return nil
+}
+
+// window is the range the random cancellation points are drawn from. It
+// adapts to the machine's speed as the run goes (a staircase): a call the
+// cancellation did not reach shrinks it, one it reached grows it, so that
+// about half the calls end each way whether the machine is idle or busy,
+// and every category of ending is exercised.
+type window struct{ ns atomic.Int64 }
+
+func (w *window) draw() time.Duration { return rand.N(time.Duration(w.ns.Load())) }
+
+func (w *window) adapt(completed bool) {
+	for {
+		old := w.ns.Load()
+		next := old + old/8
+		if completed {
+			next = old - old/8
+		}
+		next = min(max(next, int64(100*time.Microsecond)), int64(10*time.Second))
+		if w.ns.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }

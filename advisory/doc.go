@@ -54,7 +54,11 @@
 // transaction, so the setting ends with it and is never left on the
 // session (a session lock taken inside a transaction stays held after it).
 // statement_timeout is lifted in the same way so that only the wait bound
-// governs. Outcomes are typed: ErrTimeout (the wait ran out; also
+// governs. A timeout means one thing across sqlock: a positive bound.
+// Zero and negative durations (WithWaitTimeout, WithUnlockTimeout,
+// WithKeepalive) are refused — every method returns an error matching
+// ErrInvalidOption and nothing is sent — never read as "wait forever" or
+// "the default". Not to wait at all, use TryLock. Outcomes are typed: ErrTimeout (the wait ran out; also
 // context.DeadlineExceeded when the context's deadline was the bound),
 // ErrNotAcquired (a try-once found it held), ErrDeadlock (SQLSTATE 40P01),
 // context.Canceled.
@@ -144,5 +148,6 @@
 // TryLock+Unlock is two round trips, and so is Lock+Unlock.
 //
 // Errors are *Error values carrying the operation, the key and the cause;
-// match them with errors.Is against the Err* variables.
+// match them with errors.Is against the Err* variables. A key made from
+// text is named by its text in errors and logs, beside its number.
 package advisory

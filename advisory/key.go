@@ -24,10 +24,15 @@ const (
 // function taking a Key returns ErrInvalidKey for it.
 //
 // A Key is a value: it reaches the server as a bind parameter or as an
-// integer literal this package formats itself, never as caller text.
+// integer literal this package formats itself, never as caller text. A key
+// made from text (KeyOf, KeyText) keeps the text, for String and so for
+// errors and logs; it is compared as the lock it names by Compare, while ==
+// also compares the text.
 type Key struct {
-	kind keyKind
-	v    int64 // the bigint key, or a<<32 | uint32(b) for a pair
+	kind     keyKind
+	hashtext bool   // text was hashed by KeyText
+	v        int64  // the bigint key, or a<<32 | uint32(b) for a pair
+	text     string // what KeyOf or KeyText hashed; "" otherwise
 }
 
 // KeyOf hashes s to a 64-bit key: hash.TextExtended(s, 0), the value SQL's
@@ -38,7 +43,7 @@ func KeyOf(s string) Key {
 	if s == "" {
 		return Key{}
 	}
-	return Key{kind: kindInt64, v: hash.TextExtended(s, 0)}
+	return Key{kind: kindInt64, v: hash.TextExtended(s, 0), text: s}
 }
 
 // KeyText hashes s to the 32-bit key that SQL's pg_advisory_lock(hashtext(s))
@@ -48,7 +53,7 @@ func KeyText(s string) Key {
 	if s == "" {
 		return Key{}
 	}
-	return Key{kind: kindInt64, v: int64(hash.Text(s))}
+	return Key{kind: kindInt64, hashtext: true, v: int64(hash.Text(s)), text: s}
 }
 
 // KeyInt is the bigint key n, as in pg_advisory_lock(n).
@@ -120,13 +125,25 @@ func (k Key) AppendArgs(dst []byte) []byte {
 	return strconv.AppendInt(dst, k.v, 10)
 }
 
-// String describes the key for logs and errors.
+// String describes the key for logs and errors: the number pg_locks shows,
+// named by the text it was made from, if any ("advisory key
+// \"payment:order-123\" (5806998960378369008)").
 func (k Key) String() string {
-	switch k.kind {
-	case kindInt64:
-		return "advisory key " + strconv.FormatInt(k.v, 10)
-	case kindPair:
+	switch {
+	case k.kind == kindPair:
 		return "advisory key (" + string(k.AppendArgs(nil)) + ")"
+	case k.kind == kindInt64 && k.text == "":
+		return "advisory key " + strconv.FormatInt(k.v, 10)
+	case k.kind == kindInt64:
+		b := make([]byte, 0, len(`advisory key "" (hashtext -9223372036854775808)`)+len(k.text))
+		b = append(b, "advisory key "...)
+		b = strconv.AppendQuote(b, k.text)
+		b = append(b, " ("...)
+		if k.hashtext {
+			b = append(b, "hashtext "...)
+		}
+		b = strconv.AppendInt(b, k.v, 10)
+		return string(append(b, ')'))
 	}
 	return "invalid advisory key"
 }

@@ -3,6 +3,8 @@ package advisory
 import (
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -60,5 +62,37 @@ func TestCompareIsATotalOrder(t *testing.T) {
 	want := []Key{KeyInt(-5), KeyInt(5), KeyInt(5), KeyPair(-1, 0), KeyPair(1, 1)}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("sorted %v", keys)
+	}
+}
+
+// TestErrorsNameTheKeyText: a key made from text (KeyOf, KeyText) is named
+// by that text in String and so in every error that shows the key, beside
+// the number pg_locks shows; hashing stays free of allocations.
+func TestErrorsNameTheKeyText(t *testing.T) {
+	for _, tc := range []struct {
+		k    Key
+		want string
+	}{
+		{KeyOf("payment:order-123"), `advisory key "payment:order-123" (5806998960378369008)`},
+		{KeyText("payment:order-123"), `advisory key "payment:order-123" (hashtext -1536535568)`},
+		{KeyOf("tab\there"), `advisory key "tab\there" (` + strconv.FormatInt(KeyOf("tab\there").v, 10) + `)`},
+		{KeyInt(7), "advisory key 7"},
+		{KeyPair(1, 2), "advisory key (1,2)"},
+	} {
+		if got := tc.k.String(); got != tc.want {
+			t.Errorf("String() = %s, want %s", got, tc.want)
+		}
+		e := &Error{Op: "lock", Key: tc.k, Err: ErrTimeout}
+		if got := e.Error(); !strings.Contains(got, tc.want) {
+			t.Errorf("error %q does not name %s", got, tc.want)
+		}
+	}
+	// The same lock, whatever it was made from.
+	if KeyOf("x").Compare(KeyInt(KeyOf("x").v)) != 0 {
+		t.Error("a key made from text and the same number must compare equal")
+	}
+	s := strings.Repeat("order-", 4)
+	if n := testing.AllocsPerRun(100, func() { _ = KeyOf(s); _ = KeyText(s) }); n != 0 {
+		t.Errorf("KeyOf and KeyText allocate %v times", n)
 	}
 }

@@ -415,10 +415,16 @@ func TestReLock(t *testing.T) {
 			t.Fatalf("second Lock of a held key without the hold's context: %v, want ErrTimeout", err)
 		}
 		mustUnlock(t, lk)
+		// If the client's deadline ended that wait before the server's
+		// lock_timeout did (a busy machine), its connection was closed,
+		// but the server notices only when the abandoned wait is granted,
+		// just now: let that session end before taking the key again.
+		conn := admin(t, db)
+		waitUntil(t, "the key is free", func() bool { return len(holderPIDs(t, conn, key)) == 0 && waiting(t, conn, key) == 0 })
 		lk2 := mustLock(t)(l.TryLock(hctx, key))
 		cancel()
 		mustUnlock(t, lk2)
-		waitNoLocks(t, admin(t, db))
+		waitNoLocks(t, conn)
 	})
 }
 
@@ -466,6 +472,8 @@ func TestBadInput(t *testing.T) {
 		"WithWaitTimeout(-1)":   advisory.WithWaitTimeout(-1),
 		"WithKeepalive(0)":      advisory.WithKeepalive(0),
 		"WithUnlockTimeout(-1)": advisory.WithUnlockTimeout(-time.Second),
+		"WithUnlockTimeout(0)":  advisory.WithUnlockTimeout(0),
+		"WithKeepalive(-1)":     advisory.WithKeepalive(-1),
 	} {
 		l := advisory.New(sdb, opt)
 		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrInvalidOption) {
@@ -711,6 +719,13 @@ func TestWaitForPooledConnection(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := open(advisory.WithWaitTimeout(200 * time.Millisecond))
+			// Probe the server and open the pool's connection under the
+			// default bound, however slow this machine is now; the short
+			// bound is for the waits below.
+			mustUnlock(t, mustLock(t)(open().Lock(ctx, advisory.KeyInt(1))))
+			if err := l.Verify(ctx); err != nil {
+				t.Fatal(err)
+			}
 			held := mustLock(t)(l.Lock(ctx, advisory.KeyInt(1)))
 			defer held.Unlock(ctx) // on failure; ErrNotHeld after the Unlock below
 			for _, acquire := range []struct {
@@ -743,4 +758,78 @@ func TestWaitForPooledConnection(t *testing.T) {
 			mustUnlock(t, mustLock(t)(l.TryLock(ctx, advisory.KeyInt(2))))
 		})
 	}
+}
+
+// panicOn is an observer that panics on one outcome.
+type panicOn observe.Outcome
+
+func (p panicOn) Observe(_ context.Context, e observe.Event) {
+	if e.Outcome == observe.Outcome(p) {
+		panic(p)
+	}
+}
+
+// TestPanicInUserCodeReleasesEverything: a panic in user code — Do's
+// function, or an observer on any event — releases the lock and the
+// connection and goes on with its value: afterwards no advisory lock is
+// left, the key can be taken again, and the pool closes (a pgx pool waits
+// for every connection to come back).
+func TestPanicInUserCodeReleasesEverything(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		conn := admin(t, db)
+		key := advisory.KeyOf("panic-in-user-code")
+		other := bc.open(t, db)
+		nop := func(context.Context) error { return nil }
+		cases := []struct {
+			name string
+			on   observe.Outcome // the observer panics on this outcome (0: never)
+			held bool            // another session holds the key meanwhile
+			call func(l *advisory.Locker) error
+		}{
+			{"Do's function", 0, false, func(l *advisory.Locker) error {
+				return l.Do(ctx, key, func(context.Context) error { panic(panicOn(0)) })
+			}},
+			{"observer on Acquired in Do", observe.Acquired, false, func(l *advisory.Locker) error { return l.Do(ctx, key, nop) }},
+			{"observer on Acquired in RLock", observe.Acquired, false, func(l *advisory.Locker) error {
+				_, err := l.RLock(ctx, key)
+				return err
+			}},
+			{"observer on Released in Do", observe.Released, false, func(l *advisory.Locker) error { return l.Do(ctx, key, nop) }},
+			{"observer on Released after fn's error", observe.Released, false, func(l *advisory.Locker) error {
+				return l.Do(ctx, key, func(context.Context) error { return errors.New("fn failed") })
+			}},
+			{"observer on Busy", observe.Busy, true, func(l *advisory.Locker) error {
+				_, err := l.TryLock(ctx, key)
+				return err
+			}},
+			{"observer on Timeout", observe.Timeout, true, func(l *advisory.Locker) error {
+				short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				defer cancel()
+				return l.Do(short, key, nop)
+			}},
+		}
+		for _, c := range cases {
+			l := bc.open(t, db, advisory.WithObserver(panicOn(c.on)))
+			func() {
+				if c.held {
+					lk := mustLock(t)(other.Lock(ctx, key))
+					defer mustUnlock(t, lk)
+				}
+				var err error
+				defer func() {
+					if r := recover(); r == nil {
+						t.Fatalf("%s: no panic; the call returned %v", c.name, err)
+					} else if _, ok := r.(panicOn); !ok {
+						t.Fatalf("%s: the panic did not go on with its value: %v", c.name, r)
+					}
+				}()
+				err = c.call(l)
+			}()
+			waitNoLocks(t, conn)
+			mustUnlock(t, mustLock(t)(other.TryLock(ctx, key)))
+		}
+	})
 }

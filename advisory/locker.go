@@ -56,8 +56,8 @@ type Option func(*config) error
 
 // WithWaitTimeout bounds every acquisition: the wait for a pooled
 // connection and for the lock together (default DefaultWaitTimeout). A
-// context deadline that comes earlier wins. It must be positive: no wait is
-// unbounded.
+// context deadline that comes earlier wins. It must be positive (zero or
+// negative: ErrInvalidOption): no wait is unbounded; TryLock does not wait.
 func WithWaitTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -88,7 +88,7 @@ func WithKeepalive(d time.Duration) Option {
 // WithUnlockTimeout bounds an unlock (default DefaultUnlockTimeout). An
 // unlock runs on a context detached from the caller's cancellation, with
 // this deadline of its own; if it cannot be confirmed in time the
-// connection is closed, which releases the lock.
+// connection is closed, which releases the lock. It must be positive.
 func WithUnlockTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -102,7 +102,11 @@ func WithUnlockTimeout(d time.Duration) Option {
 // WithObserver reports acquisitions (with outcome and wait time) and
 // releases (released or lost, with hold time) to o. The default does
 // nothing. Events come from the calling goroutine, except a loss found by
-// a keepalive check, which is reported from the check's goroutine.
+// a keepalive check, which is reported from the check's goroutine. If o
+// panics, the lock of the call (and its connection) is released before the
+// panic goes on; a panic on a loss, in the check's goroutine, ends the
+// program as any goroutine's panic does (the connection is already
+// closed).
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
 		c.obs = observe.OrNop(o)

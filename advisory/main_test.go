@@ -14,6 +14,7 @@ import (
 	_ "github.com/lib/pq"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/txlock"
 	"go.uber.org/goleak"
 )
 
@@ -57,6 +58,17 @@ var backends = []backendCase{
 		// One connection per held or waiting lock: pgxpool's default
 		// (4 on small machines) is too few for these tests.
 		return advisory.NewPool(pgxPoolWith(t, db, 32), opts...)
+	}},
+	// The pool the txlock guide recommends: pgx's stdlib driver behind
+	// txlock's connector, whose connections are not *stdlib.Conn.
+	{"sql-txlock-OpenDB", func(t testing.TB, db *pgtest.DB, opts ...advisory.Option) *advisory.Locker {
+		cfg, err := pgx.ParseConfig(db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := txlock.OpenDB(*cfg)
+		t.Cleanup(func() { h.Close() })
+		return advisory.New(h, opts...)
 	}},
 	{"sql-libpq", func(t testing.TB, db *pgtest.DB, opts ...advisory.Option) *advisory.Locker {
 		return advisory.New(openLibPQ(t, db.DSN), opts...)

@@ -119,13 +119,26 @@ func (s sqlSession) destroy() {
 // sqlPgxSession runs statements on the *pgx.Conn under a database/sql
 // connection of pgx's stdlib driver. An error that leaves the pgx
 // connection closed is reported to database/sql as driver.ErrBadConn, so it
-// discards the connection.
+// discards the connection. The driver connection is reached through its
+// Conn method, which *stdlib.Conn has and so do wrappers of it
+// (txlock.OpenDB's); a connector whose connections have no such method
+// gets plain database/sql statements.
 type sqlPgxSession struct{ sqlSession }
 
-func (s sqlPgxSession) run(deadline time.Time, f func(*pgx.Conn) error) error {
+// pgxConner is a driver connection with the *pgx.Conn underneath.
+type pgxConner interface{ Conn() *pgx.Conn }
+
+// run runs f on the *pgx.Conn; ok is false, and f did not run, when the
+// driver connection does not expose one.
+func (s sqlPgxSession) run(deadline time.Time, f func(*pgx.Conn) error) (ok bool, _ error) {
 	var ferr error
 	err := s.c.Raw(func(dc any) error {
-		pc := dc.(*stdlib.Conn).Conn()
+		pcr, isPgx := dc.(pgxConner)
+		if !isPgx {
+			return nil
+		}
+		ok = true
+		pc := pcr.Conn()
 		ferr = withDeadline(pc, deadline, func() error { return f(pc) })
 		if ferr != nil && pc.IsClosed() {
 			return driver.ErrBadConn
@@ -133,17 +146,19 @@ func (s sqlPgxSession) run(deadline time.Time, f func(*pgx.Conn) error) error {
 		return nil
 	})
 	if ferr != nil {
-		return ferr
+		return ok, ferr
 	}
-	return err
+	return ok, err
 }
 
 // release clears the deadline the last statement left, then returns the
 // connection to the pool (or destroys it if that failed).
 func (s sqlPgxSession) release() {
-	cleared := false
+	cleared := true
 	s.c.Raw(func(dc any) error {
-		cleared = clearDeadline(dc.(*stdlib.Conn).Conn())
+		if pcr, ok := dc.(pgxConner); ok {
+			cleared = clearDeadline(pcr.Conn())
+		}
 		return nil
 	})
 	if !cleared {
@@ -154,14 +169,22 @@ func (s sqlPgxSession) release() {
 }
 
 func (s sqlPgxSession) queryRow(ctx context.Context, deadline time.Time, query string, args []any, dest ...any) error {
-	return s.run(deadline, func(c *pgx.Conn) error { return c.QueryRow(ctx, query, args...).Scan(dest...) })
+	ok, err := s.run(deadline, func(c *pgx.Conn) error { return c.QueryRow(ctx, query, args...).Scan(dest...) })
+	if !ok && err == nil {
+		return s.sqlSession.queryRow(ctx, deadline, query, args, dest...)
+	}
+	return err
 }
 
 func (s sqlPgxSession) exec(ctx context.Context, deadline time.Time, query string) error {
-	return s.run(deadline, func(c *pgx.Conn) error {
+	ok, err := s.run(deadline, func(c *pgx.Conn) error {
 		_, err := c.Exec(ctx, query)
 		return err
 	})
+	if !ok && err == nil {
+		return s.sqlSession.exec(ctx, deadline, query)
+	}
+	return err
 }
 
 type pgxBackend struct{ p *pgxpool.Pool }

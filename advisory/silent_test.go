@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
@@ -97,9 +99,13 @@ func TestSilentConnection(t *testing.T) {
 	adm := admin(t, db)
 	ctx := context.Background()
 	var d muteDialer
+	// Short bounds, so the test is quick, but long enough for an unmuted
+	// server on this machine now to answer, on a fresh connection if need
+	// be (a wait bound covers dialling the pool's connection too).
+	bound := 300*time.Millisecond + 50*db.Latency() + 5*connectTime(t, db)
 	lockers := dialedLockers(t, db, d.dial,
-		advisory.WithWaitTimeout(300*time.Millisecond),
-		advisory.WithUnlockTimeout(300*time.Millisecond),
+		advisory.WithWaitTimeout(bound),
+		advisory.WithUnlockTimeout(bound),
 		advisory.WithKeepalive(time.Hour))
 	for name, l := range lockers {
 		t.Run(name, func(t *testing.T) {
@@ -189,4 +195,20 @@ func TestSilentConnectionKeepalive(t *testing.T) {
 			waitNoLocks(t, adm)
 		})
 	}
+}
+
+// connectTime is the longest of a few fresh connections to db, measured now.
+func connectTime(t *testing.T, db *pgtest.DB) time.Duration {
+	t.Helper()
+	var worst time.Duration
+	for range 3 {
+		start := time.Now()
+		conn, err := pgx.Connect(context.Background(), db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, time.Since(start))
+		conn.Close(context.Background())
+	}
+	return worst
 }

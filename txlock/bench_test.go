@@ -158,12 +158,9 @@ func BenchmarkUncontended(b *testing.B) {
 		unlocked, hand, locked, floor func(int) error
 	}{
 		{"pgx", pgxUnlocked, pgxHand, pgxLocked(), pgxFloor},
-		{"pgx/no-timeout", pgxUnlocked, pgxHand, pgxLocked(txlock.WithTimeout(0)), pgxFloor},
 		{"pgx/try-once", pgxUnlocked, pgxHand, pgxLocked(txlock.TryOnce()), pgxFloor},
 		{"sql", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain), nil},
-		{"sql/no-timeout", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain, txlock.WithTimeout(0)), nil},
 		{"sql+OpenDB", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold), nil},
-		{"sql+OpenDB/no-timeout", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold, txlock.WithTimeout(0)), nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			arms := []func(int) error{bc.unlocked, bc.hand, bc.locked}

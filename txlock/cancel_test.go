@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +43,31 @@ func TestRandomCancellation(t *testing.T) {
 			}
 			const workers, each = 8, 60
 			var ok, ambiguous [3]atomic.Int64
+			// Each call's deadline is drawn uniformly below a bound that
+			// adapts to the machine's speed as the run goes (a staircase):
+			// a success shrinks it, a failure grows it, so about half the
+			// calls succeed on a fast machine or a busy one, and the
+			// deadlines spread over every point of a call — before BEGIN,
+			// the lock wait, fn, COMMIT. It starts from the latency of
+			// uncontended calls measured now.
+			var bound atomic.Int64
+			bound.Store(int64(4 * callLatency(t, be, func(ctx context.Context, tx q) error {
+				_, err := tx.Int(ctx, "SELECT n FROM counter WHERE id = $1", base+1)
+				return err
+			})))
+			adapt := func(succeeded bool) {
+				for {
+					old := bound.Load()
+					next := old + old/8
+					if succeeded {
+						next = old - old/8
+					}
+					next = min(max(next, int64(time.Millisecond)), int64(10*time.Second))
+					if bound.CompareAndSwap(old, next) {
+						return
+					}
+				}
+			}
 			var wg sync.WaitGroup
 			for range workers {
 				wg.Add(1)
@@ -49,16 +75,11 @@ func TestRandomCancellation(t *testing.T) {
 					defer wg.Done()
 					for range each {
 						i := rand.IntN(3)
-						// Half the deadlines land mostly in the lock wait,
-						// half mostly in fn and COMMIT.
-						bound := 20 * time.Millisecond
-						if rand.IntN(2) == 0 {
-							bound = 200 * time.Millisecond
-						}
-						ctx, cancel := context.WithTimeout(context.Background(), rand.N(bound))
+						ctx, cancel := context.WithTimeout(context.Background(), rand.N(time.Duration(bound.Load())))
 						err := be.do(ctx, []advisory.Key{advisory.KeyPair(5, int32(base+1+i))}, increment(base+1+i),
-							txlock.WithTimeout(time.Second))
+							txlock.WithTimeout(time.Minute))
 						cancel()
+						adapt(err == nil)
 						switch {
 						case err == nil:
 							ok[i].Add(1)
@@ -69,6 +90,7 @@ func TestRandomCancellation(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			t.Logf("deadline bound at the end: %v", time.Duration(bound.Load()))
 			var succeeded int64
 			for i := range 3 {
 				succeeded += ok[i].Load()
@@ -92,4 +114,20 @@ func TestRandomCancellation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// callLatency is the median time of a few uncontended calls of fn through
+// be, measured now (so on a busy machine it is the busy latency).
+func callLatency(t *testing.T, be backend, fn func(context.Context, q) error) time.Duration {
+	t.Helper()
+	var d [5]time.Duration
+	for i := range d {
+		start := time.Now()
+		if err := be.do(context.Background(), []advisory.Key{advisory.KeyPair(5, 0)}, fn); err != nil {
+			t.Fatal(err)
+		}
+		d[i] = time.Since(start)
+	}
+	slices.Sort(d[:])
+	return d[len(d)/2]
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -145,7 +146,7 @@ func TestManyKeysNoDeadlock(t *testing.T) {
 							}
 						}
 						return nil
-					}, txlock.WithoutRetry(), txlock.WithTimeout(0), txlock.WithObserver(&evs))
+					}, txlock.WithoutRetry(), txlock.WithTimeout(time.Hour), txlock.WithObserver(&evs))
 					if err != nil {
 						return fmt.Errorf("keys %v: %w (SQLSTATE %s)", ids, err, retry.SQLState(err))
 					}

@@ -53,7 +53,8 @@
 //   - fn returns an error: ROLLBACK, and that error is returned as it is (the
 //     same value, unless it was retried and retries ran out: then a
 //     *retry.ExhaustedError wrapping it).
-//   - fn panics (or calls runtime.Goexit): ROLLBACK, and the panic goes on.
+//   - fn or an observer panics (or calls runtime.Goexit): ROLLBACK, which
+//     releases the locks and the connection, and the panic goes on.
 //   - COMMIT fails with a server error (a deferred constraint, a serialization
 //     failure): that error, never nil; 40001 is retried.
 //   - COMMIT's outcome is unknown (the connection broke, the context ended or
@@ -95,8 +96,15 @@
 // lock statements. It is transaction-scoped, so it never outlives the
 // transaction or leaks into the pooled connection, and it bounds every lock
 // wait in the transaction, fn's too: while fn waits it holds the advisory
-// lock and everyone queued on the key waits with it. WithTimeout(0) sends no
-// setting. Waiting happens inside PostgreSQL, which detects deadlocks.
+// lock and everyone queued on the key waits with it. Waiting happens inside
+// PostgreSQL, which detects deadlocks; a context that ends first ends the
+// wait too.
+//
+// A timeout means one thing across sqlock: a positive bound. Zero and
+// negative durations are refused — the call returns an error matching
+// ErrInvalidOption (and advisory.ErrInvalidOption) and sends nothing —
+// never read as "wait forever" or "the default". Not to wait at all, use
+// TryOnce.
 //
 // # Round trips
 //

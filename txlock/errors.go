@@ -19,6 +19,10 @@ var (
 	// ErrNoKeys is returned when no key is given. An invalid key is reported
 	// with an error that matches advisory.ErrInvalidKey.
 	ErrNoKeys = errors.New("txlock: no lock keys")
+	// ErrInvalidOption is matched by the error for an option out of range,
+	// such as a timeout that is not positive. It also matches
+	// advisory.ErrInvalidOption: one meaning for the library's options.
+	ErrInvalidOption = fmt.Errorf("txlock: invalid option: %w", advisory.ErrInvalidOption)
 )
 
 // Errors about the locks and the outcome of a transaction.
@@ -37,8 +41,8 @@ var (
 	// inside advisory.Do (session and transaction locks share one lock
 	// space). The inner transaction would run on another connection and
 	// wait for the outer one's lock while the outer one waits for fn to
-	// return: a deadlock PostgreSQL cannot see, ended only by the timeout (or
-	// never, with WithTimeout(0)). Nothing is sent. It also matches
+	// return: a deadlock PostgreSQL cannot see, ended only by the timeout.
+	// Nothing is sent. It also matches
 	// advisory.ErrAlreadyHeld.
 	ErrAlreadyHeld = fmt.Errorf("txlock: advisory lock held by an enclosing transaction: %w", advisory.ErrAlreadyHeld)
 	// ErrAmbiguousCommit is matched by *AmbiguousCommitError: COMMIT was sent

@@ -130,9 +130,8 @@ func TestTimeoutIsTransactionScoped(t *testing.T) {
 		inside string
 	}{
 		{txlock.WithTimeout(1500 * time.Millisecond), "1500ms"},
-		{txlock.WithTimeout(time.Microsecond), "1ms"}, // rounded up, never 0 (= no timeout)
-		{txlock.WithTimeout(0), "7s"},                 // no setting: the session's
-		{nil, "5s"},                                   // DefaultTimeout
+		{txlock.WithTimeout(time.Microsecond), "1ms"}, // rounded up, never 0 (= no bound in PostgreSQL)
+		{nil, "5s"}, // DefaultTimeout
 	} {
 		err := txlock.DoPgx(ctx, conn, advisory.KeyInt(1), func(ctx context.Context, tx pgx.Tx) error {
 			if got := show(tx); got != tc.inside {
@@ -361,7 +360,7 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 			defer cancel()
 			ran := false
 			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
-				txlock.WithTimeout(0), txlock.WithObserver(&evs))
+				txlock.WithTimeout(time.Hour), txlock.WithObserver(&evs))
 			if !errors.Is(err, context.DeadlineExceeded) || ran {
 				t.Fatalf("got %v (fn ran: %v), want context.DeadlineExceeded", err, ran)
 			}

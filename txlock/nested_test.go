@@ -45,7 +45,7 @@ func TestNestedSameKey(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					mode := func(shared bool) []txlock.Option {
-						o := []txlock.Option{txlock.WithTimeout(0)} // a missed conflict hangs: the test's timeout catches it
+						o := []txlock.Option{txlock.WithTimeout(time.Hour)} // a missed conflict hangs: the test's timeout catches it
 						if shared {
 							o = append(o, txlock.Shared())
 						}
@@ -75,7 +75,7 @@ func TestNestedSameKey(t *testing.T) {
 			// The same key on another handle — here another database,
 			// whose advisory locks are its own — is not a conflict.
 			err := be.do(ctx, []advisory.Key{a}, func(ctx context.Context, _ q) error {
-				return other.do(ctx, []advisory.Key{a}, func(context.Context, q) error { return nil }, txlock.WithTimeout(0))
+				return other.do(ctx, []advisory.Key{a}, func(context.Context, q) error { return nil }, txlock.WithTimeout(time.Hour))
 			})
 			if err != nil {
 				t.Fatalf("same key on another database: %v", err)
@@ -108,7 +108,7 @@ func TestNestedAcrossPackages(t *testing.T) {
 	nop := func(context.Context, pgx.Tx) error { return nil }
 
 	err := l.Do(ctx, k, func(ctx context.Context) error {
-		return txlock.DoPgx(ctx, pool, k, nop, txlock.WithTimeout(0))
+		return txlock.DoPgx(ctx, pool, k, nop, txlock.WithTimeout(time.Hour))
 	})
 	if !errors.Is(err, txlock.ErrAlreadyHeld) || !errors.Is(err, advisory.ErrAlreadyHeld) {
 		t.Fatalf("txlock inside advisory.Do, same key: %v, want ErrAlreadyHeld", err)

@@ -2,6 +2,7 @@ package txlock
 
 import (
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,7 @@ var defaultPolicy = retry.New(retry.WithMaxAttempts(DefaultMaxAttempts))
 type Option func(*config)
 
 type config struct {
+	err       error // the first invalid option, returned before anything is sent
 	timeout   time.Duration
 	shared    bool
 	tryOnce   bool
@@ -78,12 +80,25 @@ func isNop(o observe.Observer) bool {
 // it bounds every lock wait inside it, fn's statements included: a row lock
 // fn waits for longer than d fails with SQLSTATE 55P03, returned as fn
 // returns it. That is deliberate — while fn waits it holds the advisory
-// lock and everyone queued behind it waits too. Zero sends no setting: the
-// session's lock_timeout applies, and otherwise only the context bounds the
-// wait (and its end, while waiting, closes the connection). Durations are
-// rounded up to whole milliseconds.
+// lock and everyone queued behind it waits too. d must be positive (see
+// Timeouts in the package documentation): zero or a negative d makes the
+// call return an error matching ErrInvalidOption, with nothing sent.
+// Durations are rounded up to whole milliseconds.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) { c.timeout = max(d, 0) }
+	return func(c *config) {
+		if d <= 0 {
+			c.fail(fmt.Errorf("%w: timeout %v must be positive", ErrInvalidOption, d))
+			return
+		}
+		c.timeout = d
+	}
+}
+
+// fail records the first invalid option.
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 // Shared takes the locks in shared mode (pg_advisory_xact_lock_shared):
@@ -133,7 +148,9 @@ func WithoutRetry() Option { return WithRetryPolicy(nil) }
 
 // WithObserver reports lock events (observe.LockAcquire with the outcome
 // and the wait, observe.LockRelease with the hold time; Source "txlock")
-// and, unless WithRetryPolicy is given, retries (observe.Retry) to o.
+// and, unless WithRetryPolicy is given, retries (observe.Retry) to o. If o
+// panics, the transaction is rolled back (its locks and connection
+// released) before the panic goes on.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.observer = observe.OrNop(o) }
 }

@@ -34,7 +34,7 @@ type plan struct {
 	keys    []advisory.Key // canonical order, no duplicates
 	shared  bool
 	tryOnce bool
-	timeout time.Duration // 0: no lock_timeout
+	timeout time.Duration // 0 (TryOnce): no lock_timeout
 	lockSQL string        // lockText's, once built
 	queries []lockQuery   // the lock statements with bind arguments, for a batch
 	tags    []holds.Tag   // the keys' pg_locks identities, in keys' order

@@ -31,8 +31,6 @@ func TestLockQueries(t *testing.T) {
 	}{
 		{"default", []advisory.Key{advisory.KeyInt(42)}, nil,
 			[]lockQuery{{"SELECT pg_catalog.pg_advisory_xact_lock($2::int8)" + to, []any{"5000ms", int64(42)}}}},
-		{"no timeout", []advisory.Key{advisory.KeyInt(-42)}, []Option{WithTimeout(0)},
-			[]lockQuery{{"SELECT pg_catalog.pg_advisory_xact_lock($1::int8)", []any{int64(-42)}}}},
 		{"shared, canonical order, duplicates once",
 			[]advisory.Key{advisory.KeyPair(-1, 2), advisory.KeyInt(math.MaxInt64), advisory.KeyInt(math.MinInt64), advisory.KeyInt(math.MaxInt64)},
 			[]Option{Shared(), WithTimeout(1500 * time.Microsecond)},
@@ -69,8 +67,6 @@ func TestLockSQL(t *testing.T) {
 	}{
 		{"default", []advisory.Key{advisory.KeyInt(42)}, nil,
 			"SET LOCAL lock_timeout = '5000ms';SELECT pg_catalog.pg_advisory_xact_lock(42)"},
-		{"no timeout", []advisory.Key{advisory.KeyInt(-42)}, []Option{WithTimeout(0)},
-			"SELECT pg_catalog.pg_advisory_xact_lock(-42)"},
 		{"rounded up", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(1500*time.Microsecond + 1)},
 			"SET LOCAL lock_timeout = '2ms';SELECT pg_catalog.pg_advisory_xact_lock(1)"},
 		{"never 0", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(time.Nanosecond)},
@@ -100,7 +96,7 @@ func TestLockSQL(t *testing.T) {
 }
 
 func TestBeginSQL(t *testing.T) {
-	c := newConfig([]Option{WithTimeout(0), WithPgxTxOptions(pgx.TxOptions{
+	c := newConfig([]Option{WithTimeout(time.Second), WithPgxTxOptions(pgx.TxOptions{
 		IsoLevel: pgx.Serializable, AccessMode: pgx.ReadOnly, DeferrableMode: pgx.Deferrable, CommitQuery: "COMMIT"})})
 	p, err := newPlan([]advisory.Key{advisory.KeyInt(5)}, &c)
 	if err != nil {
@@ -108,7 +104,7 @@ func TestBeginSQL(t *testing.T) {
 	}
 	a := &Attempt{plan: p, cfg: &c}
 	o := a.PgxTxOptions()
-	want := "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE;SELECT pg_catalog.pg_advisory_xact_lock(5)"
+	want := "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE;SET LOCAL lock_timeout = '1000ms';SELECT pg_catalog.pg_advisory_xact_lock(5)"
 	if o.BeginQuery != want || o.CommitQuery != "COMMIT" {
 		t.Fatalf("got %+v", o)
 	}

@@ -167,7 +167,6 @@ func TestRoundTrips(t *testing.T) {
 	}{
 		{"pgx unlocked", pgxUnlocked, 3},
 		{"pgx DoPgx", pgxLocked(), 3},
-		{"pgx DoPgx no timeout", pgxLocked(txlock.WithTimeout(0)), 3},
 		{"pgx DoPgx shared", pgxLocked(txlock.Shared()), 3},
 		{"pgx DoPgx try-once", pgxLocked(txlock.TryOnce()), 3},
 		{"pgx DoPgx serializable read write", pgxLocked(txlock.WithPgxTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadWrite})), 3},

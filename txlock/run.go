@@ -150,6 +150,9 @@ func run[T any](ctx context.Context, db any, keys []advisory.Key, begin BeginFun
 		return ErrNilFunc
 	}
 	cfg := newConfig(opts)
+	if cfg.err != nil {
+		return cfg.err
+	}
 	p, err := newPlan(keys, &cfg)
 	if err != nil {
 		return err
@@ -207,10 +210,10 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h holds.Hold, n 
 		return c.lockFailed(ctx, p, n, start, err)
 	}
 	locked := time.Now()
-	c.observe(ctx, p, observe.Event{Kind: observe.LockAcquire, Outcome: observe.Acquired, Attempt: n, Wait: locked.Sub(start)})
-
-	// fn panicking (or calling runtime.Goexit) skips the assignment: the
-	// deferred rollback runs and the panic goes on.
+	// A panic (or runtime.Goexit) in user code from here to fn's return —
+	// the observer's Acquired event, fn — skips the assignment: the
+	// deferred rollback ends the transaction, which releases the locks and
+	// the connection, and the panic goes on.
 	returned := false
 	defer func() {
 		if !returned {
@@ -218,6 +221,7 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h holds.Hold, n 
 			c.observe(ctx, p, observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked)})
 		}
 	}()
+	c.observe(ctx, p, observe.Event{Kind: observe.LockAcquire, Outcome: observe.Acquired, Attempt: n, Wait: locked.Sub(start)})
 	err = fn(holds.With(ctx, &h), v) // h is a copy of its own for this attempt
 	returned = true
 	if err == nil {

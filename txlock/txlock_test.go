@@ -7,8 +7,10 @@ import (
 	"math"
 	"net"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -80,6 +82,16 @@ func TestBadInput(t *testing.T) {
 		{"pgx zero key", advisory.ErrInvalidKey, func() error { return txlock.DoPgx(ctx, pool, advisory.Key{}, pgxFn) }},
 		{"pgx bad isolation", txlock.ErrTxOptions, func() error {
 			return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithPgxTxOptions(pgx.TxOptions{IsoLevel: "serializable; DROP TABLE t"}))
+		}},
+		// A timeout must be positive, as every timeout option of the
+		// library: zero and negative are refused, never "wait forever".
+		{"sql zero timeout", txlock.ErrInvalidOption, func() error { return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(0)) }},
+		{"sql negative timeout", advisory.ErrInvalidOption, func() error {
+			return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(-time.Second))
+		}},
+		{"pgx zero timeout", txlock.ErrInvalidOption, func() error { return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(0)) }},
+		{"pgx negative timeout with TryOnce", txlock.ErrInvalidOption, func() error {
+			return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(-1), txlock.TryOnce())
 		}},
 		{"run nil begin", txlock.ErrNilFunc, func() error {
 			return txlock.Run[int](ctx, []advisory.Key{key}, nil, func(context.Context, int) error { return nil })
@@ -271,5 +283,35 @@ func TestFnErrors(t *testing.T) {
 				t.Fatalf("WithoutRetry: got %v after %d calls", err, calls)
 			}
 		})
+	}
+}
+
+// TestErrorsNameTheKeyText: a timeout, a try-once refusal and a nested
+// request name a key made from text by its text, beside its number.
+func TestErrorsNameTheKeyText(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	key := advisory.KeyOf("booking:seat-42")
+	name := `"booking:seat-42"`
+	h := holdLocks(t, db, false, key)
+	ctx := context.Background()
+	for _, be := range backends(t, db, bePgxPool, beSQL) {
+		t.Run(be.name, func(t *testing.T) {
+			nop := func(context.Context, q) error { return nil }
+			for _, opt := range []txlock.Option{txlock.TryOnce(), txlock.WithTimeout(time.Millisecond)} {
+				err := be.do(ctx, []advisory.Key{key}, nop, opt)
+				var le *txlock.LockError
+				if !errors.As(err, &le) || !strings.Contains(err.Error(), name) {
+					t.Errorf("error %v does not name %s", err, name)
+				}
+			}
+		})
+	}
+	h.release()
+	err := txlock.DoPgx(ctx, db.Pool(), key, func(ctx context.Context, _ pgx.Tx) error {
+		return txlock.DoPgx(ctx, db.Pool(), key, func(context.Context, pgx.Tx) error { return nil })
+	})
+	if !errors.Is(err, txlock.ErrAlreadyHeld) || !strings.Contains(err.Error(), name) {
+		t.Errorf("nested: error %v does not name %s", err, name)
 	}
 }

@@ -250,3 +250,31 @@ func WithDatabase(dsn, database string) string {
 	// In keyword/value form the last occurrence of a keyword wins.
 	return dsn + " dbname=" + database
 }
+
+// Latency measures, now, how long this machine takes for one round trip
+// to the server, scheduling included: the slowest of a few SELECT 1 on a
+// connection of its own, and of a few 1 ms timer sleeps' overshoot. Tests
+// scale their timing windows by it, so that a busy machine (CI, other
+// processes using the CPU) widens them instead of failing them. It is at
+// least 100 µs.
+func (d *DB) Latency() time.Duration {
+	d.tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, d.DSN)
+	if err != nil {
+		d.tb.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(ctx)
+	worst := 100 * time.Microsecond
+	for range 5 {
+		start := time.Now()
+		if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+			d.tb.Fatalf("pgtest: %v", err)
+		}
+		worst = max(worst, time.Since(start))
+		start = time.Now()
+		time.Sleep(time.Millisecond)
+		worst = max(worst, time.Since(start)-time.Millisecond)
+	}
+	return worst
+}

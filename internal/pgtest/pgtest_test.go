@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,6 +164,12 @@ func TestNothingOutlivesTheBinary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The child dies only when told to, after the processes were
+			// counted: however slow this machine is, the count sees them.
+			goAhead, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			cmd.Stderr = os.Stderr
 			if mode == "timeout" {
 				cmd.Stderr = nil
@@ -184,10 +191,13 @@ func TestNothingOutlivesTheBinary(t *testing.T) {
 				t.Fatal("helper did not report its cluster")
 			}
 			if n := countGroup(pgid); n < 2 {
+				cmd.Process.Kill()
 				t.Fatalf("expected the watchdog and postgres processes in group %d, counted %d", pgid, n)
 			}
 			if mode == "sigkill" {
 				cmd.Process.Kill()
+			} else if _, err := io.WriteString(goAhead, "go\n"); err != nil {
+				t.Fatal(err)
 			}
 			go func() {
 				for sc.Scan() {
@@ -226,6 +236,12 @@ func helperProcess(m *testing.M, mode string) {
 		os.Exit(3)
 	}
 	fmt.Printf("CLUSTER %s %d %d\n", c.Dir(), c.PID(), c.wd.cmd.Process.Pid)
+	if mode != "sigkill" {
+		// Wait for the parent to count the processes.
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
 	switch mode {
 	case "close":
 		c.Close()
@@ -268,4 +284,16 @@ func countGroup(pgid int) int {
 		}
 	}
 	return n
+}
+
+// TestLatency: the measured latency is positive and below the time the
+// measurement took (it is a round trip, not a guess).
+func TestLatency(t *testing.T) {
+	db := New(t)
+	start := time.Now()
+	lat := db.Latency()
+	if lat < 100*time.Microsecond || lat > time.Since(start) {
+		t.Fatalf("Latency() = %v after %v", lat, time.Since(start))
+	}
+	t.Logf("latency now: %v", lat)
 }
