@@ -12,7 +12,7 @@ import (
 // TestDeadlinesUnderPressure (assertSQLockSurvivesDeadlines): set it to true
 // when advisory and txlock end a lock wait on the server before the
 // caller's deadline (issue 13).
-const sqlockDeadlineFixLanded = false
+const sqlockDeadlineFixLanded = true
 
 // The scenario of issue 13: a warm pool of 32, 32 callers on one key, a
 // 5 ms critical section, 100 ms deadlines.

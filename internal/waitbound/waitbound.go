@@ -1,0 +1,123 @@
+// Package waitbound derives a lock wait's bound from the caller's deadline:
+// the server's lock_timeout must end the wait early enough that a waiter
+// granted the lock at the last moment still has time for its critical
+// section and its release, and that a waiter timed out hears the server's
+// answer (SQLSTATE 55P03) before its context ends. The wait then ends on
+// the server, the connection survives, and the caller gets a typed
+// timeout; a wait cut by the context costs the connection (pgx closes it,
+// and the next call pays a new one).
+//
+// What to keep back comes from two cheap estimates made from statements
+// the packages send anyway (no extra round trip): the round trip of a
+// statement that never waits (COMMIT, ROLLBACK, an unlock, a keepalive)
+// and the hold time (grant to end of release). They live on a value of
+// the caller's (an advisory Locker, a txlock connection), never in
+// package state.
+package waitbound
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Estimates are decaying estimates of a round trip and of a hold. The zero
+// value has none yet. Safe for concurrent use.
+type Estimates struct {
+	rtt  atomic.Int64 // decaying min of non-waiting statements, ns; 0: none yet
+	hold atomic.Int64 // decaying max of grant → release done, ns; 0: none yet
+}
+
+// decay is how far one sample moves an estimate toward itself when it does
+// not replace it: 1/16 of the distance.
+const decay = 16
+
+// ObserveRTT records the duration of a statement that never waits for a
+// lock. The estimate is a decaying minimum: a faster sample replaces it, a
+// slower one raises it by 1/16 of the difference, so a scheduling stall
+// does not inflate it but a slower network is followed.
+func (e *Estimates) ObserveRTT(d time.Duration) {
+	s := max(int64(d), 1)
+	for {
+		old := e.rtt.Load()
+		v := s
+		if old != 0 && s > old {
+			v = old + (s-old)/decay
+		}
+		if v == old || e.rtt.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// ObserveHold records a hold: from the grant to the end of the release
+// (COMMIT, ROLLBACK or unlock). The estimate is a decaying maximum: a
+// longer sample replaces it, a shorter one lowers it by 1/16 of the
+// difference, so it covers the slow holds of a busy moment and forgets them
+// over a few dozen holds.
+func (e *Estimates) ObserveHold(d time.Duration) {
+	s := max(int64(d), 1)
+	for {
+		old := e.hold.Load()
+		v := s
+		if old != 0 && s < old {
+			v = old - (old-s)/decay
+		}
+		if v == old || e.hold.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// Reserve bounds.
+const (
+	// minReserve is the least kept back: the 55P03's trip and the
+	// scheduling of the goroutine that reads it.
+	minReserve = 2 * time.Millisecond
+	// coldReserve caps what is kept back before any hold was seen.
+	coldReserve = 50 * time.Millisecond
+)
+
+// Reserve is what a wait with remaining time to the caller's deadline keeps
+// back: twice the hold estimate plus two round trips (the grant's and the
+// release's trip; a timed-out waiter's 55P03), at least minReserve. Twice:
+// on a busy machine the next hold can be slower than the recent ones, and
+// a waiter granted with too little time left loses its connection when
+// the deadline cuts its work, where a shorter wait costs nothing while
+// others queue on the key (the lock stays busy: successes are bounded by
+// the holds, not by how long each waiter waits). Before
+// any hold was seen (e may be nil): a quarter of remaining, at most
+// coldReserve. Never more than three quarters of remaining, so that one
+// long hold (a lock kept for minutes) cannot leave deadline-bound callers
+// no time to wait at all.
+func (e *Estimates) Reserve(remaining time.Duration) time.Duration {
+	var r time.Duration
+	if e == nil || e.hold.Load() == 0 {
+		r = min(remaining/4, coldReserve)
+	} else {
+		r = time.Duration(2*e.hold.Load() + 2*e.rtt.Load())
+	}
+	return min(max(r, minReserve), remaining*3/4)
+}
+
+// Bound returns the lock wait's bound for a call whose context has
+// deadline (hasDeadline false: none): the configured bound, or, when it
+// comes earlier, the time to the deadline less the reserve — then
+// byDeadline is true. A bound under a millisecond means there is no time
+// to wait (lock_timeout counts whole milliseconds, and 0 means forever):
+// the caller returns its typed timeout at once without sending anything.
+func (e *Estimates) Bound(now time.Time, configured time.Duration, deadline time.Time, hasDeadline bool) (bound time.Duration, byDeadline bool) {
+	if !hasDeadline {
+		return configured, false
+	}
+	remaining := deadline.Sub(now)
+	if b := remaining - e.Reserve(remaining); b < configured {
+		return b, true
+	}
+	return configured, false
+}
+
+// Grace is how long past the caller's deadline a lock statement whose bound
+// the deadline set may still run before the client cuts it (and loses the
+// connection): the server's lock_timeout answers well before, so only a
+// server that does not answer at all gets there.
+const Grace = time.Second
