@@ -127,8 +127,14 @@ func (a *Attempt) useConn(c *pgx.Conn) {
 // no time is left to wait; the bound is then 1 ms, the least lock_timeout
 // there is.
 func (a *Attempt) bind() bool {
+	if a.timeout == 0 {
+		a.timeout = a.plan.timeout
+	}
+	if a.ctx == nil || a.plan.tryOnce {
+		return true
+	}
 	d, ok := a.ctx.Deadline()
-	if !ok || a.plan.tryOnce {
+	if !ok {
 		return true
 	}
 	a.timeout, a.byDeadline = a.est.Bound(time.Now(), a.plan.timeout, d, true)

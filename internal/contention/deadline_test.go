@@ -2,6 +2,7 @@ package contention
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,8 +16,70 @@ import (
 const sqlockDeadlineFixLanded = true
 
 // The scenario of issue 13: a warm pool of 32, 32 callers on one key, a
-// 5 ms critical section, 100 ms deadlines.
-var pressure = DeadlineConfig{Workers: 32, Pool: 32, Hold: 5 * time.Millisecond, Deadline: 100 * time.Millisecond, Calls: 10}
+// 5 ms critical section, 100 ms deadlines; pressureRounds rounds of Calls
+// calls per worker and form.
+var pressure = DeadlineConfig{Workers: 32, Pool: 32, Hold: 5 * time.Millisecond, Deadline: 100 * time.Millisecond, Calls: 3}
+
+// pressureRounds is how many times each form runs, the forms interleaved:
+// on a busy machine the load changes from one second to the next (other
+// test binaries, other processes), and with it how many holds fit in a
+// second, which is what bounds every form's successes on one hot key.
+// Run one after the other, two forms meet different machines; interleaved
+// in rounds whose order alternates (forward, backward, …), a load that
+// rises or falls during the test falls on every form alike.
+const pressureRounds = 4
+
+// runRounds runs cfg rounds times per form, interleaved (runForms), and
+// sums each form's rounds.
+func runRounds(t *testing.T, cfg DeadlineConfig, forms []Form, rounds int) map[Form]DeadlineResult {
+	t.Helper()
+	out := map[Form]DeadlineResult{}
+	for i := range rounds {
+		order := slices.Clone(forms)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for f, r := range runForms(t, cfg, order) {
+			if prev, ok := out[f]; ok {
+				r = addResults(prev, r)
+			}
+			out[f] = r
+		}
+	}
+	return out
+}
+
+// addResults sums two runs of one form into one result, as if one run made
+// both's calls.
+func addResults(a, b DeadlineResult) DeadlineResult {
+	a.Config.Calls += b.Config.Calls
+	a.Calls += b.Calls
+	a.Elapsed += b.Elapsed
+	a.Successes += b.Successes
+	a.Timeouts += b.Timeouts
+	a.LockTimeouts += b.LockTimeouts
+	a.Deadlines += b.Deadlines
+	a.Others += b.Others
+	a.OtherSamples = append(a.OtherSamples, b.OtherSamples...)
+	a.Unknown += b.Unknown
+	a.Increments += b.Increments
+	a.NewConns += b.NewConns
+	a.Attempts += b.Attempts
+	a.Dials += b.Dials
+	a.Cancels += b.Cancels
+	a.TotalConns += b.TotalConns
+	a.TotalAttempts += b.TotalAttempts
+	if a.Sessions < 0 || b.Sessions < 0 {
+		a.Sessions, a.SessionsAbandoned, a.SessionsExact = -1, -1, false
+	} else {
+		a.Sessions += b.Sessions
+		a.SessionsAbandoned += b.SessionsAbandoned
+		a.SessionsExact = a.SessionsExact && b.SessionsExact
+	}
+	a.MaxBackends = max(a.MaxBackends, b.MaxBackends)
+	a.MaxLockWaiters = max(a.MaxLockWaiters, b.MaxLockWaiters)
+	return a
+}
 
 // runForms runs cfg once per form, each on a database of its own (so that
 // pg_stat_database counts the run's sessions alone).
@@ -55,9 +118,10 @@ func runForms(t *testing.T, cfg DeadlineConfig, forms []Form) map[Form]DeadlineR
 // (lock_timeout from the deadline) keeps its connections. sqlock's own
 // targets are in assertSQLockSurvivesDeadlines.
 func TestDeadlinesUnderPressure(t *testing.T) {
-	rs := runForms(t, pressure, DeadlineForms)
-	t.Logf("%d workers, pool %d, hold %v, deadline %v, %d calls per worker:\n%s",
-		pressure.Workers, pressure.Pool, pressure.Hold, pressure.Deadline, pressure.Calls, FormatDeadlines(resultsOf(rs, DeadlineForms)))
+	rs := runRounds(t, pressure, DeadlineForms, pressureRounds)
+	t.Logf("%d workers, pool %d, hold %v, deadline %v, %d rounds of %d calls per worker, interleaved:\n%s",
+		pressure.Workers, pressure.Pool, pressure.Hold, pressure.Deadline, pressureRounds, pressure.Calls,
+		FormatDeadlines(resultsOf(rs, DeadlineForms)))
 	for _, f := range DeadlineForms {
 		r := rs[f]
 		if r.Others > 0 {
