@@ -2,6 +2,7 @@ package contention
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ const sqlockDeadlineFixLanded = true
 // The scenario of issue 13: a warm pool of 32, 32 callers on one key, a
 // 5 ms critical section, 100 ms deadlines; pressureRounds rounds of Calls
 // calls per worker and form.
-var pressure = DeadlineConfig{Workers: 32, Pool: 32, Hold: 5 * time.Millisecond, Deadline: 100 * time.Millisecond, Calls: 3}
+var pressure = DeadlineConfig{Workers: 32, Pool: 32, Hold: 5 * time.Millisecond, Deadline: 100 * time.Millisecond, Calls: 4}
 
 // pressureRounds is how many times each form runs, the forms interleaved:
 // on a busy machine the load changes from one second to the next (other
@@ -31,22 +32,24 @@ const pressureRounds = 4
 
 // runRounds runs cfg rounds times per form, interleaved (runForms), and
 // sums each form's rounds.
-func runRounds(t *testing.T, cfg DeadlineConfig, forms []Form, rounds int) map[Form]DeadlineResult {
+func runRounds(t *testing.T, cfg DeadlineConfig, forms []Form, rounds int) (sum map[Form]DeadlineResult, each []map[Form]DeadlineResult) {
 	t.Helper()
-	out := map[Form]DeadlineResult{}
+	sum = map[Form]DeadlineResult{}
 	for i := range rounds {
 		order := slices.Clone(forms)
 		if i%2 == 1 {
 			slices.Reverse(order)
 		}
-		for f, r := range runForms(t, cfg, order) {
-			if prev, ok := out[f]; ok {
+		rs := runForms(t, cfg, order)
+		each = append(each, rs)
+		for f, r := range rs {
+			if prev, ok := sum[f]; ok {
 				r = addResults(prev, r)
 			}
-			out[f] = r
+			sum[f] = r
 		}
 	}
-	return out
+	return sum, each
 }
 
 // addResults sums two runs of one form into one result, as if one run made
@@ -118,7 +121,7 @@ func runForms(t *testing.T, cfg DeadlineConfig, forms []Form) map[Form]DeadlineR
 // (lock_timeout from the deadline) keeps its connections. sqlock's own
 // targets are in assertSQLockSurvivesDeadlines.
 func TestDeadlinesUnderPressure(t *testing.T) {
-	rs := runRounds(t, pressure, DeadlineForms, pressureRounds)
+	rs, rounds := runRounds(t, pressure, DeadlineForms, pressureRounds)
 	t.Logf("%d workers, pool %d, hold %v, deadline %v, %d rounds of %d calls per worker, interleaved:\n%s",
 		pressure.Workers, pressure.Pool, pressure.Hold, pressure.Deadline, pressureRounds, pressure.Calls,
 		FormatDeadlines(resultsOf(rs, DeadlineForms)))
@@ -135,7 +138,7 @@ func TestDeadlinesUnderPressure(t *testing.T) {
 			FormHandLockTimeout, hand.Dials, hand.Attempts, hand.Cancels, hand.Calls, limit)
 	}
 	if sqlockDeadlineFixLanded {
-		assertSQLockSurvivesDeadlines(t, rs)
+		assertSQLockSurvivesDeadlines(t, rs, rounds)
 	}
 }
 
@@ -174,11 +177,11 @@ func assertAccounted(t *testing.T, r DeadlineResult) {
 }
 
 // assertSQLockSurvivesDeadlines is issue 13's target for sqlock's forms:
-// each opens at most 1% of its calls in new connections and succeeds at
-// least as often as the careful hand-written form in the same run.
-func assertSQLockSurvivesDeadlines(t *testing.T, rs map[Form]DeadlineResult) {
+// each opens at most 1% of its calls in new connections, and succeeds at
+// least as often as the careful hand-written form in the same run — to the
+// precision the run measures (notWorse).
+func assertSQLockSurvivesDeadlines(t *testing.T, rs map[Form]DeadlineResult, rounds []map[Form]DeadlineResult) {
 	t.Helper()
-	hand := rs[FormHandLockTimeout]
 	for _, f := range DeadlineForms {
 		if !f.SQLock() {
 			continue
@@ -188,8 +191,46 @@ func assertSQLockSurvivesDeadlines(t *testing.T, rs map[Form]DeadlineResult) {
 			t.Errorf("%s dialled %d times (%d connection attempts, %d cancel requests) for %d calls; want ≤ %d (1%%)",
 				f, r.Dials, r.Attempts, r.Cancels, r.Calls, limit)
 		}
-		if r.Successes < hand.Successes {
-			t.Errorf("%s: %d successes; the careful hand-written form had %d", f, r.Successes, hand.Successes)
+		diffs := make([]float64, len(rounds))
+		for i, round := range rounds {
+			diffs[i] = float64(round[f].Successes - round[FormHandLockTimeout].Successes)
+		}
+		ok, sum, tol := notWorse(diffs)
+		t.Logf("%s: %d successes, the careful hand-written form %d; difference per round %v, tolerance %.0f",
+			f, r.Successes, rs[FormHandLockTimeout].Successes, diffs, tol)
+		if !ok {
+			t.Errorf("%s: %d successes, %.0f fewer than the careful hand-written form's %d — more than the rounds' scatter explains (%.0f)",
+				f, r.Successes, -sum, rs[FormHandLockTimeout].Successes, tol)
 		}
 	}
 }
+
+// notWorse is a one-sided paired t-test at 95%: diffs are a form's
+// successes less the careful hand-written form's, round by round (the
+// rounds interleave the forms, so each pair met a similar machine); the
+// form is worse only if their sum is negative by more than the rounds' own
+// scatter explains — t(0.95, rounds−1) standard deviations of the sum.
+// Why not a plain "≥": on this 2-core machine shared with other work, the
+// five sqlock forms, which do the same per call, differ by 10–40% in one
+// run (the load moves from second to second, and with it how many holds
+// fit in one); a plain "≥" fails on noise. A form that keeps a fraction of
+// the careful form's successes — as sqlock did before issue 13, 1–5%
+// against 30% — is below it in every round, far outside the tolerance.
+func notWorse(diffs []float64) (ok bool, sum, tolerance float64) {
+	n := float64(len(diffs))
+	for _, d := range diffs {
+		sum += d
+	}
+	mean := sum / n
+	var ss float64
+	for _, d := range diffs {
+		ss += (d - mean) * (d - mean)
+	}
+	sd := math.Sqrt(ss / (n - 1))
+	tolerance = tQuantile95[len(diffs)-1] * sd * math.Sqrt(n)
+	return sum >= -tolerance, sum, tolerance
+}
+
+// tQuantile95 is Student's t distribution's 95th percentile by degrees of
+// freedom (the index), up to 6.
+var tQuantile95 = []float64{math.Inf(1), 6.314, 2.920, 2.353, 2.132, 2.015, 1.943}
