@@ -58,7 +58,12 @@
 // Zero and negative durations (WithWaitTimeout, WithUnlockTimeout,
 // WithKeepalive) are refused — every method returns an error matching
 // ErrInvalidOption and nothing is sent — never read as "wait forever" or
-// "the default". Not to wait at all, use TryLock. Outcomes are typed: ErrTimeout (the wait ran out; also
+// "the default". Not to wait at all, use TryLock. Under a context deadline
+// the wait ends on the server before it — lock_timeout is the time to the
+// deadline less twice the hold time and two round trips the Locker measured
+// (grant to unlock; unlocks, keepalives) — so the connection is kept, and
+// the deadline does not cut the lock statement (a cancellation does); with
+// no time left, ErrTimeout comes at once. Outcomes are typed: ErrTimeout (the wait ran out; also
 // context.DeadlineExceeded when the context's deadline was the bound),
 // ErrNotAcquired (a try-once found it held), ErrDeadlock (SQLSTATE 40P01),
 // context.Canceled.
