@@ -60,7 +60,7 @@
 // ErrInvalidOption and nothing is sent — never read as "wait forever" or
 // "the default". Not to wait at all, use TryLock. Under a context deadline
 // the wait ends on the server before it — lock_timeout is the time to the
-// deadline less twice the hold time and two round trips the Locker measured
+// deadline less 1.5 times the hold time and two round trips the Locker measured
 // (grant to unlock; unlocks, keepalives) — so the connection is kept, and
 // the deadline does not cut the lock statement (a cancellation does); with
 // no time left, ErrTimeout comes at once. Outcomes are typed: ErrTimeout (the wait ran out; also

@@ -106,8 +106,8 @@
 //
 // When ctx has a deadline, the wait ends on the server before it:
 // lock_timeout is the shorter of WithTimeout and the time to the deadline
-// less a reserve for the rest of the transaction (twice the hold time plus
-// two round trips, measured on each pgx connection from its COMMITs; a cold
+// less a reserve for the rest of the transaction (1.5 times the hold time
+// plus two round trips, measured on each pgx connection from its COMMITs; a cold
 // estimate elsewhere). The server answers 55P03 and the connection is kept,
 // where a statement cut by the context would cost it. Neither the lock
 // statement nor COMMIT is cut by the deadline (a cancellation still cuts

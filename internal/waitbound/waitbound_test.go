@@ -5,14 +5,14 @@ import (
 	"time"
 )
 
-// The reserve: a quarter of the remaining time (at most 50 ms) before any
-// hold was seen; then twice the hold plus two round trips, not less than
-// the cold reserve until a few holds were seen; never under 2 ms nor over
-// three quarters of the remaining time.
+// The reserve: a fifth of the remaining time (at most 50 ms) before any
+// hold was seen; then 1.5 times the hold plus two round trips, not less
+// than the cold reserve until a few holds were seen; never under 2 ms nor
+// over three quarters of the remaining time.
 func TestReserveFollowsTheEstimates(t *testing.T) {
 	var e Estimates
-	if got := e.Reserve(100 * time.Millisecond); got != 25*time.Millisecond {
-		t.Fatalf("cold reserve at 100 ms: %v, want 25ms", got)
+	if got := e.Reserve(100 * time.Millisecond); got != 20*time.Millisecond {
+		t.Fatalf("cold reserve at 100 ms: %v, want 20ms", got)
 	}
 	if got := (*Estimates)(nil).Reserve(time.Second); got != coldReserve {
 		t.Fatalf("cold reserve at 1 s: %v, want %v", got, coldReserve)
@@ -25,8 +25,8 @@ func TestReserveFollowsTheEstimates(t *testing.T) {
 	for range fewHolds {
 		e.ObserveHold(5 * time.Millisecond)
 	}
-	if got := e.Reserve(time.Second); got != 12*time.Millisecond {
-		t.Fatalf("reserve with hold 5 ms and round trip 1 ms: %v, want 12ms", got)
+	if got := e.Reserve(time.Second); got != 9500*time.Microsecond {
+		t.Fatalf("reserve with hold 5 ms and round trip 1 ms: %v, want 9.5ms", got)
 	}
 	if got := e.Reserve(8 * time.Millisecond); got != 6*time.Millisecond {
 		t.Fatalf("reserve at 8 ms: %v, want three quarters, 6ms", got)
@@ -78,8 +78,8 @@ func TestBound(t *testing.T) {
 	if b, by := e.Bound(now, 5*time.Second, time.Time{}, false); b != 5*time.Second || by {
 		t.Fatalf("no deadline: %v, %v", b, by)
 	}
-	if b, by := e.Bound(now, 5*time.Second, now.Add(100*time.Millisecond), true); b != 75*time.Millisecond || !by {
-		t.Fatalf("100 ms deadline: %v, %v; want 75ms by the deadline", b, by)
+	if b, by := e.Bound(now, 5*time.Second, now.Add(100*time.Millisecond), true); b != 80*time.Millisecond || !by {
+		t.Fatalf("100 ms deadline: %v, %v; want 80ms by the deadline", b, by)
 	}
 	if b, by := e.Bound(now, 10*time.Millisecond, now.Add(100*time.Millisecond), true); b != 10*time.Millisecond || by {
 		t.Fatalf("10 ms timeout, 100 ms deadline: %v, %v", b, by)
