@@ -147,7 +147,9 @@
 // # Connections
 //
 // Each held lock, and each waiting one, uses a connection of the pool: size
-// the pool for them plus the other work. With database/sql and pgx, taking a
+// the pool for them plus the other work. A pool no larger than the number
+// of callers that may wait at once starves a holder whose work needs a
+// connection of the same pool: it waits until waiters time out. With database/sql and pgx, taking a
 // pooled connection that has been idle for more than a second costs one
 // ping (the drivers' liveness check); otherwise an uncontended
 // TryLock+Unlock is two round trips, and so is Lock+Unlock.
