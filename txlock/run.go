@@ -47,10 +47,12 @@ type Tx interface {
 // begin with a.TxOptions() for database/sql, a.PgxTxOptions() for pgx):
 // ctx carries the attempt, so that a connection opened through OpenDB or
 // WrapConnector folds the locks into BEGIN, and it is the transaction's
-// context — it ends with the caller's while BEGIN and COMMIT run, but not
-// while fn runs, so that database/sql never rolls the transaction back
-// behind Run's back. When it returns an error, no transaction may be left
-// open.
+// context — it ends with a cancellation of the caller's while BEGIN, the
+// lock wait and COMMIT run (with the caller's deadline only a second after
+// it: the server's lock_timeout ends a deadline-bound wait first; see
+// Deadlines in the package documentation), but not while fn runs, so that
+// database/sql never rolls the transaction back behind Run's back. When it
+// returns an error, no transaction may be left open.
 type BeginFunc[T any] func(ctx context.Context, a *Attempt) (T, Tx, error)
 
 // Attempt is one run of the transaction, handed to a BeginFunc.
