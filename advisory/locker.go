@@ -473,14 +473,6 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		sess = nil
 		return nil, ctxError(op, key, ctx)
 	}
-	if d, ok := ctx.Deadline(); ok && ctxBound && !try && !l.est.Enough(time.Until(d)) {
-		// Granted too late for the holder's work to finish before the
-		// deadline (which would cut it, and a connection with it): give
-		// it back.
-		l.release(ctx, sess, key, shared, args)
-		sess = nil
-		return nil, timeout(nil)
-	}
 	lk := newLock(l, key, shared, sess, args, time.Now())
 	// Report before handing over: should the observer panic, the deferred
 	// destroy still ends the session.

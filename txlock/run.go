@@ -147,11 +147,6 @@ func (a *Attempt) bind() bool {
 	return true
 }
 
-func (a *Attempt) deadline() time.Time {
-	d, _ := a.ctx.Deadline()
-	return d
-}
-
 // estimatesKey is the key of a connection's estimates in pgconn's
 // CustomData.
 const estimatesKey = "github.com/sqlock/sqlock/txlock.estimates"
@@ -284,9 +279,6 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h holds.Hold, n 
 	disarm()
 	if err == nil {
 		err = ctx.Err()
-	}
-	if err == nil && a.byDeadline && !a.est.Enough(time.Until(a.deadline())) {
-		err = errNoTime // granted too late to finish: give it back
 	}
 	if err != nil {
 		rollback(ctx, tx)

@@ -135,16 +135,6 @@ func (e *Estimates) Bound(now time.Time, configured time.Duration, deadline time
 	return configured, false
 }
 
-// Enough reports whether remaining time to the caller's deadline, at the
-// grant, covers a hold as the estimate has it (true when none was seen).
-// A grant the bound should have left time for can come late all the same
-// — the client was not scheduled when the answer arrived — and work the
-// deadline then cuts costs the connection; giving the grant back costs a
-// round trip.
-func (e *Estimates) Enough(remaining time.Duration) bool {
-	return e == nil || remaining >= time.Duration(e.hold.Load())
-}
-
 // Grace is how long past the caller's deadline a lock statement whose bound
 // the deadline set may still run before the client cuts it (and loses the
 // connection): the server's lock_timeout answers well before, so only a
