@@ -177,7 +177,8 @@ func assertAccounted(t *testing.T, r DeadlineResult) {
 }
 
 // assertSQLockSurvivesDeadlines is issue 13's target for sqlock's forms:
-// each opens at most 1% of its calls in new connections, and succeeds at
+// each opens at most 1% of its calls in new connections (and sends at most
+// as many cancel requests), and succeeds at
 // least as often as the careful hand-written form in the same run — to the
 // precision the run measures (notWorse).
 func assertSQLockSurvivesDeadlines(t *testing.T, rs map[Form]DeadlineResult, rounds []map[Form]DeadlineResult) {
@@ -187,9 +188,13 @@ func assertSQLockSurvivesDeadlines(t *testing.T, rs map[Form]DeadlineResult, rou
 			continue
 		}
 		r := rs[f]
-		if limit := r.Calls / 100; r.Dials > limit {
-			t.Errorf("%s dialled %d times (%d connection attempts, %d cancel requests) for %d calls; want ≤ %d (1%%)",
-				f, r.Dials, r.Attempts, r.Cancels, r.Calls, limit)
+		// New connections (attempts) at most 1% of the calls, issue 13's
+		// target; and so for pgx's cancel requests, each a process the
+		// server forks too (a statement cut by the deadline costs one of
+		// each).
+		if limit := r.Calls / 100; r.Attempts > limit || r.Cancels > limit {
+			t.Errorf("%s: %d connection attempts and %d cancel requests for %d calls; want ≤ %d (1%%) each",
+				f, r.Attempts, r.Cancels, r.Calls, limit)
 		}
 		diffs := make([]float64, len(rounds))
 		for i, round := range rounds {
