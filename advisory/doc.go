@@ -58,7 +58,12 @@
 // Zero and negative durations (WithWaitTimeout, WithUnlockTimeout,
 // WithKeepalive) are refused — every method returns an error matching
 // ErrInvalidOption and nothing is sent — never read as "wait forever" or
-// "the default". Not to wait at all, use TryLock. Outcomes are typed: ErrTimeout (the wait ran out; also
+// "the default". Not to wait at all, use TryLock. Under a context deadline
+// the wait ends on the server before it — lock_timeout is the time to the
+// deadline less 1.5 times the hold time and two round trips the Locker measured
+// (grant to unlock; unlocks, keepalives) — so the connection is kept, and
+// the deadline does not cut the lock statement (a cancellation does); with
+// no time left, ErrTimeout comes at once. Outcomes are typed: ErrTimeout (the wait ran out; also
 // context.DeadlineExceeded when the context's deadline was the bound),
 // ErrNotAcquired (a try-once found it held), ErrDeadlock (SQLSTATE 40P01),
 // context.Canceled.
@@ -142,7 +147,9 @@
 // # Connections
 //
 // Each held lock, and each waiting one, uses a connection of the pool: size
-// the pool for them plus the other work. With database/sql and pgx, taking a
+// the pool for them plus the other work. A pool no larger than the number
+// of callers that may wait at once starves a holder whose work needs a
+// connection of the same pool: it waits until waiters time out. With database/sql and pgx, taking a
 // pooled connection that has been idle for more than a second costs one
 // ping (the drivers' liveness check); otherwise an uncontended
 // TryLock+Unlock is two round trips, and so is Lock+Unlock.

@@ -165,7 +165,11 @@ func (lk *Lock) check() {
 	defer lk.checks.Done()
 	interval := lk.l.cfg.keepalive
 	var pid int32
-	err := lk.sess.queryRow(context.Background(), time.Now().Add(pingTimeout(interval)), pingSQL, nil, &pid)
+	sent := time.Now()
+	err := lk.sess.queryRow(context.Background(), sent.Add(pingTimeout(interval)), pingSQL, nil, &pid)
+	if err == nil {
+		lk.l.est.ObserveRTT(time.Since(sent))
+	}
 	if err == nil && lk.pid != 0 && pid != lk.pid {
 		err = fmt.Errorf("the connection's server backend changed from pid %d to %d: a pooler moved the session", lk.pid, pid)
 	}
@@ -218,7 +222,9 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		lk.markLost(err)
 		return &Error{Op: "unlock", Key: lk.key, Err: ErrLost, Cause: err}
 	}
+	hold := time.Since(lk.acquired)
+	lk.l.est.ObserveHold(hold)
 	lk.l.emit(ctx, observe.Event{Kind: observe.LockRelease, Key: lk.key.v, Shared: lk.shared,
-		Outcome: observe.Released, Hold: time.Since(lk.acquired)})
+		Outcome: observe.Released, Hold: hold})
 	return nil
 }

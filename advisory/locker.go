@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/internal/holds"
+	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -26,7 +27,7 @@ const (
 // lockTimeoutGrace is how long after the wait bound the client stops
 // waiting for the server's answer itself (a server that does not answer at
 // all, such as behind a network partition).
-const lockTimeoutGrace = time.Second
+const lockTimeoutGrace = waitbound.Grace
 
 // Locker takes session-level advisory locks on one database. It is safe for
 // concurrent use; make one per pool and share it.
@@ -37,6 +38,11 @@ type Locker struct {
 
 	keeper *keeper // keepalive checks of the held locks
 	bounds *bounds // wait bounds of acquisitions waiting for a connection
+
+	// est is the round trip and hold time measured on this Locker's
+	// connections (unlocks, keepalives; grant to unlock): what a wait bound
+	// by the caller's deadline keeps back for the holder (see acquire).
+	est waitbound.Estimates
 
 	verified atomic.Bool
 	probeSem chan struct{} // one probe at a time; guards probeErr
@@ -363,6 +369,11 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		}
 		return &Error{Op: op, Key: key, Err: ErrTimeout, Cause: cause}
 	}
+	if d, ok := ctx.Deadline(); ok && !try {
+		if b, _ := l.est.Bound(time.Now(), time.Until(waitEnd), d, true); b < time.Millisecond {
+			return nil, timeout(nil) // no time to wait: nothing is sent
+		}
+	}
 	if err := l.verify(wctx); err != nil {
 		if waitedOut() {
 			return nil, timeout(err)
@@ -389,21 +400,33 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		err = sess.queryRow(ctx, stmtEnd, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
 	} else {
 		remaining := time.Until(waitEnd)
-		if ctxBound {
-			// Let the server's lock_timeout end the wait a little before
-			// the caller's deadline does: a 55P03 keeps the connection,
-			// a cancelled statement costs it.
-			remaining -= min(remaining/10, 50*time.Millisecond)
+		lctx, detached := ctx, func() {}
+		if d, ok := ctx.Deadline(); ok {
+			// The server's lock_timeout ends the wait before the caller's
+			// deadline, early enough for the holder's work and unlock
+			// (waitbound): a 55P03 keeps the connection, where a statement
+			// cut by the context costs it. So the deadline does not cut
+			// the statement (a cancellation still does); stmtEnd does, for
+			// a server that does not answer.
+			var byDeadline bool
+			remaining, byDeadline = l.est.Bound(time.Now(), remaining, d, true)
+			ctxBound = ctxBound || byDeadline
+			lctx, detached = untilCancelled(ctx)
 		}
 		if remaining < time.Millisecond { // lock_timeout counts milliseconds, and 0 would mean forever
+			detached()
 			sess.release()
 			sess = nil
 			return nil, timeout(nil)
 		}
 		ms := int64((remaining + time.Millisecond - 1) / time.Millisecond)
 		stmtEnd = waitEnd.Add(lockTimeoutGrace)
-		err = sess.exec(ctx, stmtEnd, blockingLockSQL(key, shared, ms))
+		err = sess.exec(lctx, stmtEnd, blockingLockSQL(key, shared, ms))
 		granted = err == nil
+		if err != nil && lctx.Err() != nil {
+			stmtEnd = time.Time{} // cut by a cancellation: see stmtCut
+		}
+		detached()
 	}
 
 	if err != nil {
@@ -415,7 +438,9 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		// one lock per connection. Anything else (a context ended mid-call,
 		// the network) leaves the outcome unknown: the connection is
 		// destroyed, which ends the session and any lock in it.
-		stmtCut := ctx.Err() != nil || !time.Now().Before(stmtEnd)
+		// A blocking lock whose deadline left it detached was cut only if
+		// stmtEnd passed (or a cancellation zeroed it).
+		stmtCut := !time.Now().Before(stmtEnd) || (try || !hasDeadline(ctx)) && ctx.Err() != nil
 		if code != "" && !connectionTrouble(err) && !stmtCut {
 			l.sweep(ctx, sess)
 		} else {
@@ -461,12 +486,34 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 // sweep releases every session-level advisory lock of sess and returns it
 // to the pool, or destroys it if that fails.
 func (l *Locker) sweep(ctx context.Context, sess session) {
-	if err := sess.exec(context.WithoutCancel(ctx), time.Now().Add(l.cfg.unlockTimeout), unlockAllSQL); err != nil {
+	sent := time.Now()
+	if err := sess.exec(context.WithoutCancel(ctx), sent.Add(l.cfg.unlockTimeout), unlockAllSQL); err != nil {
 		l.cfg.log.Warn("advisory: connection closed: sweep after a failed lock failed", "error", err)
 		sess.destroy()
 		return
 	}
+	l.est.ObserveRTT(time.Since(sent))
 	sess.release()
+}
+
+// untilCancelled returns a context that ends when ctx is cancelled, but
+// not when ctx's deadline passes, and the function that releases it.
+func untilCancelled(ctx context.Context) (context.Context, func()) {
+	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return c, func() {
+		stop()
+		cancel()
+	}
+}
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
 }
 
 // release unlocks key on sess and returns it to the pool, or destroys it
@@ -479,10 +526,12 @@ func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool
 			sess.destroy()
 		}
 	}()
-	err := sess.queryRow(context.WithoutCancel(ctx), time.Now().Add(l.cfg.unlockTimeout),
+	sent := time.Now()
+	err := sess.queryRow(context.WithoutCancel(ctx), sent.Add(l.cfg.unlockTimeout),
 		unlockSQL[b2i(shared)][b2i(key.IsPair())], args, &ok)
 	done = true
 	if err == nil && ok {
+		l.est.ObserveRTT(time.Since(sent))
 		sess.release()
 		return nil
 	}

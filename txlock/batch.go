@@ -3,7 +3,9 @@ package txlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -57,18 +59,37 @@ func (p *plan) lockQueries() []lockQuery {
 	return qs
 }
 
+// queryArgs is the bind arguments of p's i-th lock statement for an
+// attempt whose lock_timeout is timeout: the plan's own, or, for a bound
+// the caller's deadline set, a copy carrying it.
+func (p *plan) queryArgs(i int, timeout time.Duration) []any {
+	args := p.queries[i].args
+	if i != 0 || timeout == p.timeout || p.timeout <= 0 {
+		return args
+	}
+	args = slices.Clone(args)
+	args[0] = strconv.FormatInt(timeoutMillis(timeout), 10) + "ms"
+	return args
+}
+
 // errHeldElsewhere is a try-once's answer that a key is held by another
 // session (pg_try_advisory_xact_lock returned false).
 var errHeldElsewhere = errors.New("txlock: advisory lock held elsewhere")
 
 // beginBatch begins a transaction with o (validated modes, no BeginQuery)
-// on conn and takes p's locks in the same round trip. On failure no
-// transaction is left open (abortBegin).
-func beginBatch(ctx context.Context, conn *pgx.Conn, p *plan, o pgx.TxOptions) (pgx.Tx, error) {
+// on conn and takes a's locks in the same round trip. On failure no
+// transaction is left open (abortBegin); when the caller's deadline leaves
+// no time to wait (errNoTime), nothing is sent.
+func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions) (pgx.Tx, error) {
+	p := a.plan
+	a.useConn(conn)
+	if !a.bind() {
+		return nil, errNoTime
+	}
 	b := &pgx.Batch{}
 	b.BeginTx(o)
-	for _, q := range p.queries {
-		b.Queue(q.sql, q.args...)
+	for i, q := range p.queries {
+		b.Queue(q.sql, p.queryArgs(i, a.timeout)...)
 	}
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
@@ -114,6 +135,7 @@ func abortBegin(ctx context.Context, conn *pgx.Conn) {
 func beginLocked(ctx context.Context, conn *pgx.Conn, a *Attempt) (pgx.Tx, error) {
 	o := a.cfg.pgxOpts
 	if o.BeginQuery != "" || !a.state.CompareAndSwap(statePending, stateFolded) {
+		a.useConn(conn)
 		tx, err := conn.BeginTx(ctx, o)
 		if err != nil {
 			abortBegin(ctx, conn)
@@ -121,5 +143,5 @@ func beginLocked(ctx context.Context, conn *pgx.Conn, a *Attempt) (pgx.Tx, error
 		return tx, err
 	}
 	o, _ = normalPgxOptions(o) // validated by newPlan
-	return beginBatch(ctx, conn, a.plan, o)
+	return beginBatch(ctx, conn, a, o)
 }

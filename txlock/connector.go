@@ -68,7 +68,7 @@ func (c *foldConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.T
 	if opts.ReadOnly {
 		access = "READ ONLY"
 	}
-	tx, err := beginBatch(ctx, conn, a.plan, keywordOptions(iso, access, "", ""))
+	tx, err := beginBatch(ctx, conn, a, keywordOptions(iso, access, "", ""))
 	if err != nil {
 		a.endFold(false)
 		if pgconn.SafeToRetry(err) {

@@ -64,7 +64,9 @@
 //     doing the work again.
 //   - The wait for a lock runs out: a *LockError that errors.Is ErrTimeout and
 //     wraps the server's 55P03, fn not run. Retried only when asked
-//     (WithRetry(retry.RetryLockTimeout())).
+//     (WithRetry(retry.RetryLockTimeout())), and never when the context's
+//     deadline set the bound (then it also matches context.DeadlineExceeded;
+//     see Deadlines).
 //   - TryOnce and a key is held elsewhere: a *LockError that errors.Is
 //     ErrNotAcquired, fn not run, never waited.
 //   - Bad input (nil handle, nil fn, no keys, an invalid key, an unknown pgx
@@ -97,8 +99,21 @@
 // transaction or leaks into the pooled connection, and it bounds every lock
 // wait in the transaction, fn's too: while fn waits it holds the advisory
 // lock and everyone queued on the key waits with it. Waiting happens inside
-// PostgreSQL, which detects deadlocks; a context that ends first ends the
-// wait too.
+// PostgreSQL, which detects deadlocks; a cancelled context ends the wait
+// too.
+//
+// # Deadlines
+//
+// When ctx has a deadline, the wait ends on the server before it:
+// lock_timeout is the shorter of WithTimeout and the time to the deadline
+// less a reserve for the rest of the transaction (1.5 times the hold time
+// plus two round trips, measured on each pgx connection from its COMMITs; a cold
+// estimate elsewhere). The server answers 55P03 and the connection is kept,
+// where a statement cut by the context would cost it. Neither the lock
+// statement nor COMMIT is cut by the deadline (a cancellation still cuts
+// them; a server that does not answer, a second after it); fn's statements
+// run under ctx as usual. If no time is left to wait, the *LockError comes
+// at once and nothing is sent. See docs/guide.md, "Request deadlines".
 //
 // A timeout means one thing across sqlock: a positive bound. Zero and
 // negative durations are refused — the call returns an error matching

@@ -1,6 +1,7 @@
 package txlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -54,7 +55,9 @@ var (
 // LockError reports that the advisory locks were not taken, so the
 // function did not run and the transaction was rolled back. It matches
 // ErrTimeout (the wait ran out) or ErrNotAcquired (TryOnce found a key held
-// elsewhere).
+// elsewhere). When the caller's context deadline set the wait's bound (see
+// Deadlines in the package documentation) it also matches
+// context.DeadlineExceeded, and is not retried.
 type LockError struct {
 	Keys    []advisory.Key // the keys asked for, in the order they are locked
 	Shared  bool           // shared locks were asked for
@@ -63,16 +66,24 @@ type LockError struct {
 	Wait    time.Duration  // time from BEGIN to the failure
 	// Err is the server's error for a timeout: SQLSTATE 55P03
 	// (lock_not_available), so retry.SQLState and retry.RetryLockTimeout
-	// see it. It is nil for TryOnce.
+	// see it. It is nil for TryOnce, and when the deadline left no time
+	// to wait (then nothing was sent).
 	Err error
+
+	byDeadline bool // the caller's deadline set the bound
 }
 
 func (e *LockError) Error() string {
 	var b strings.Builder
 	b.WriteString("txlock: ")
-	if e.TryOnce {
+	switch {
+	case e.TryOnce:
 		b.WriteString("advisory lock held elsewhere")
-	} else {
+	case e.byDeadline && e.Err == nil:
+		b.WriteString("no time left before the context's deadline to wait for an advisory lock")
+	case e.byDeadline:
+		fmt.Fprintf(&b, "timed out after %v (the context's deadline less what the transaction needs) waiting for an advisory lock", e.Timeout)
+	default:
 		fmt.Fprintf(&b, "timed out after %v waiting for an advisory lock", e.Timeout)
 	}
 	b.WriteString(" (")
@@ -93,12 +104,13 @@ func (e *LockError) Error() string {
 	return b.String()
 }
 
-// Is matches ErrTimeout or ErrNotAcquired.
+// Is matches ErrTimeout or ErrNotAcquired, and context.DeadlineExceeded
+// when the caller's deadline set the bound.
 func (e *LockError) Is(target error) bool {
 	if e.TryOnce {
 		return target == ErrNotAcquired
 	}
-	return target == ErrTimeout
+	return target == ErrTimeout || e.byDeadline && target == context.DeadlineExceeded
 }
 
 // Unwrap returns the server's error (nil for TryOnce).

@@ -42,7 +42,9 @@ func DoPgxKeys(ctx context.Context, db PgxDB, keys []advisory.Key, fn func(ctx c
 	switch d := db.(type) {
 	case *pgxpool.Pool:
 		begin = func(ctx context.Context, a *Attempt) (pgx.Tx, Tx, error) {
-			pc, err := d.Acquire(ctx)
+			// The wait for a pooled connection ends with the caller's
+			// context; BEGIN and the lock wait run on ctx (see Run).
+			pc, err := d.Acquire(a.ctx)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -86,11 +86,11 @@ func newPlan(keys []advisory.Key, c *config) (*plan, error) {
 // is the statement order. Key arguments are integer literals formatted by
 // advisory.Key.AppendArgs and the timeout is formatted from a Duration:
 // nothing a caller wrote is ever part of the text.
-func (p *plan) appendLockSQL(b []byte) []byte {
+func (p *plan) appendLockSQL(b []byte, timeout time.Duration) []byte {
 	fn := "pg_catalog." + p.lockFunc()
 	if p.timeout > 0 {
 		b = append(b, "SET LOCAL lock_timeout = '"...)
-		b = strconv.AppendInt(b, timeoutMillis(p.timeout), 10)
+		b = strconv.AppendInt(b, timeoutMillis(timeout), 10)
 		b = append(b, "ms';"...)
 	}
 	for i, k := range p.keys {
@@ -121,9 +121,19 @@ func (p *plan) appendLockSQL(b []byte) []byte {
 // one goroutine at a time.
 func (p *plan) lockText() string {
 	if p.lockSQL == "" {
-		p.lockSQL = string(p.appendLockSQL(make([]byte, 0, 64+96*len(p.keys))))
+		p.lockSQL = string(p.appendLockSQL(make([]byte, 0, 64+96*len(p.keys)), p.timeout))
 	}
 	return p.lockSQL
+}
+
+// lockTextFor is lockText with an attempt's own lock_timeout (a bound the
+// caller's deadline set), built for it; lockText's own when it is the
+// configured one.
+func (p *plan) lockTextFor(timeout time.Duration) string {
+	if timeout == p.timeout {
+		return p.lockText()
+	}
+	return string(p.appendLockSQL(make([]byte, 0, 64+96*len(p.keys)), timeout))
 }
 
 // lockFunc is the name of the lock function in pg_catalog (always called
@@ -151,8 +161,8 @@ func timeoutMillis(d time.Duration) int64 {
 // beginSQL is BEGIN with the transaction modes, then the lock statements:
 // one simple-protocol message, one round trip. Every part is a keyword
 // this package chose or the lock SQL it built.
-func (p *plan) beginSQL(iso, access, deferrable string) string {
-	text := p.lockText()
+func (p *plan) beginSQL(iso, access, deferrable string, timeout time.Duration) string {
+	text := p.lockTextFor(timeout)
 	b := appendBegin(make([]byte, 0, 64+len(text)), iso, access, deferrable)
 	b = append(b, ';')
 	b = append(b, text...)

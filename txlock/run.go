@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/holds"
+	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 )
@@ -45,10 +47,12 @@ type Tx interface {
 // begin with a.TxOptions() for database/sql, a.PgxTxOptions() for pgx):
 // ctx carries the attempt, so that a connection opened through OpenDB or
 // WrapConnector folds the locks into BEGIN, and it is the transaction's
-// context — it ends with the caller's while BEGIN and COMMIT run, but not
-// while fn runs, so that database/sql never rolls the transaction back
-// behind Run's back. When it returns an error, no transaction may be left
-// open.
+// context — it ends with a cancellation of the caller's while BEGIN, the
+// lock wait and COMMIT run (with the caller's deadline only a second after
+// it: the server's lock_timeout ends a deadline-bound wait first; see
+// Deadlines in the package documentation), but not while fn runs, so that
+// database/sql never rolls the transaction back behind Run's back. When it
+// returns an error, no transaction may be left open.
 type BeginFunc[T any] func(ctx context.Context, a *Attempt) (T, Tx, error)
 
 // Attempt is one run of the transaction, handed to a BeginFunc.
@@ -58,6 +62,16 @@ type Attempt struct {
 	cfg   *config
 	ctx   context.Context // the caller's
 	state atomic.Int32
+
+	// The lock wait's bound for this attempt (see bind): the configured
+	// timeout, or, when the caller's deadline comes first, the time to it
+	// less what the rest of the transaction needs (byDeadline).
+	timeout    time.Duration
+	byDeadline bool
+	// est is the estimates of the connection the attempt runs on, when the
+	// caller's context has a deadline and the connection is a pgx one; nil
+	// otherwise (the bound then keeps a cold reserve back).
+	est *waitbound.Estimates
 }
 
 const (
@@ -89,9 +103,66 @@ func (a *Attempt) PgxTxOptions() pgx.TxOptions {
 	if o.BeginQuery != "" || !a.state.CompareAndSwap(statePending, stateFolded) {
 		return o
 	}
+	a.bind() // no time left: the server's lock_timeout of 1 ms ends the wait
 	// Modes were validated by newPlan.
 	iso, access, def, _ := pgxModes(o)
-	return pgx.TxOptions{BeginQuery: a.plan.beginSQL(iso, access, def), CommitQuery: o.CommitQuery}
+	return pgx.TxOptions{BeginQuery: a.plan.beginSQL(iso, access, def, a.timeout), CommitQuery: o.CommitQuery}
+}
+
+// errNoTime is what a BeginFunc path returns when the caller's deadline
+// leaves no time to wait for the locks: nothing was sent (or BEGIN only,
+// rolled back).
+var errNoTime = errors.New("txlock: no time left before the context's deadline to wait for the locks")
+
+// useConn records the estimates of the pgx connection the attempt runs
+// on, when the caller's context has a deadline (only then are they used,
+// and kept up to date).
+func (a *Attempt) useConn(c *pgx.Conn) {
+	if _, ok := a.ctx.Deadline(); ok && !a.plan.tryOnce {
+		a.est = estimatesOf(c)
+	}
+}
+
+// bind fixes the attempt's lock wait bound just before the lock statements
+// are sent: the configured timeout, or the time to the caller's deadline
+// less the reserve (waitbound) when that is shorter. It reports false when
+// no time is left to wait; the bound is then 1 ms, the least lock_timeout
+// there is.
+func (a *Attempt) bind() bool {
+	if a.timeout == 0 {
+		a.timeout = a.plan.timeout
+	}
+	if a.ctx == nil || a.plan.tryOnce {
+		return true
+	}
+	d, ok := a.ctx.Deadline()
+	if !ok {
+		return true
+	}
+	a.timeout, a.byDeadline = a.est.Bound(time.Now(), a.plan.timeout, d, true)
+	if a.timeout < time.Millisecond {
+		a.timeout = time.Millisecond
+		return false
+	}
+	return true
+}
+
+// estimatesKey is the key of a connection's estimates in pgconn's
+// CustomData.
+const estimatesKey = "github.com/sqlock/sqlock/txlock.estimates"
+
+// estimatesOf returns c's round-trip and hold estimates, made on first
+// use. They live with the connection (pgconn's CustomData, used by one
+// goroutine at a time with the connection): no package state, and they
+// go when the connection does.
+func estimatesOf(c *pgx.Conn) *waitbound.Estimates {
+	m := c.PgConn().CustomData()
+	e, _ := m[estimatesKey].(*waitbound.Estimates)
+	if e == nil {
+		e = new(waitbound.Estimates)
+		m[estimatesKey] = e
+	}
+	return e
 }
 
 // claimFold lets one connection fold the locks into its BEGIN.
@@ -176,38 +247,42 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h holds.Hold, n 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	a := &Attempt{n: n, plan: p, cfg: c, ctx: ctx}
+	a := &Attempt{n: n, plan: p, cfg: c, ctx: ctx, timeout: p.timeout}
+	start := time.Now()
+	if !a.bind() { // the deadline is too close for any wait: nothing is sent
+		return c.lockFailed(ctx, a, start, errNoTime)
+	}
 	// The transaction's own context follows the caller's only while BEGIN
 	// (and the lock wait) and COMMIT run. database/sql rolls a transaction
 	// back from a goroutine of its own when that context ends — racing
 	// with the synchronous ROLLBACK below and, with pgx's driver, closing
 	// the connection — so it must not end while fn runs: fn's statements
 	// get the caller's ctx and are interrupted by it as usual.
-	tctx, tcancel, disarm := ctx, func() {}, func() bool { return true }
+	tctx, tcancel, disarm := ctx, context.CancelFunc(func() {}), func() {}
 	if ctx.Done() != nil {
 		tctx, tcancel = context.WithCancel(context.WithoutCancel(ctx))
-		disarm = context.AfterFunc(ctx, tcancel)
+		disarm = follow(ctx, tcancel)
 	}
 	defer tcancel()
-	start := time.Now()
 	v, tx, err := begin(context.WithValue(tctx, attemptKey{}, a), a)
-	disarm()
 	folded := a.state.Swap(stateClosed) == stateFolded
 	if err == nil && tx == nil {
 		err = errors.New("txlock: BeginFunc returned no Tx")
 	}
 	if err != nil {
-		return c.lockFailed(ctx, p, n, start, err)
+		disarm()
+		return c.lockFailed(ctx, a, start, err)
 	}
 	if !folded {
-		err = lockAfterBegin(ctx, tx, p)
+		err = lockAfterBegin(tctx, tx, a)
 	}
+	disarm()
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err != nil {
 		rollback(ctx, tx)
-		return c.lockFailed(ctx, p, n, start, err)
+		return c.lockFailed(ctx, a, start, err)
 	}
 	locked := time.Now()
 	// A panic (or runtime.Goexit) in user code from here to fn's return —
@@ -229,15 +304,25 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h holds.Hold, n 
 		err = ctx.Err()
 	}
 	if err != nil {
+		ended := time.Now()
 		rollback(ctx, tx)
+		a.released(locked, ended)
 		c.observe(ctx, p, observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked)})
 		return err
 	}
+	// COMMIT, like the lock wait, is not cut by the deadline (only by a
+	// cancellation, or waitbound.Grace past the deadline): cut, its
+	// outcome would be unknown and the connection lost; let through, it
+	// says which.
 	if ctx.Done() != nil {
-		disarm = context.AfterFunc(ctx, tcancel)
+		disarm = follow(ctx, tcancel)
 	}
-	err = tx.Commit(ctx)
+	ended := time.Now()
+	err = tx.Commit(tctx)
 	disarm()
+	if err == nil {
+		a.released(locked, ended)
+	}
 	ev := observe.Event{Kind: observe.LockRelease, Outcome: observe.Released, Attempt: n, Hold: time.Since(locked), Err: err}
 	if err != nil && commitAmbiguous(err) {
 		ev.Outcome = observe.Lost
@@ -247,6 +332,57 @@ func runAttempt[T any](ctx context.Context, c *config, p *plan, h holds.Hold, n 
 	return err
 }
 
+// released feeds the connection's estimates (when kept: see useConn) after
+// the transaction ended with COMMIT or ROLLBACK, sent at sent: the
+// statement's round trip (it never waits for a lock) and the hold, from
+// the grant at locked to now.
+func (a *Attempt) released(locked, sent time.Time) {
+	if a.est == nil {
+		return
+	}
+	now := time.Now()
+	a.est.ObserveRTT(now.Sub(sent))
+	a.est.ObserveHold(now.Sub(locked))
+}
+
+// follow makes tcancel, which ends the transaction's context, follow ctx
+// while BEGIN and the lock wait run, and returns the function that stops
+// it. A cancellation ends them at once. The deadline does not: the lock
+// wait's bound ends before it (bind), on the server, which answers 55P03
+// and keeps the connection, where a statement cut by the context costs the
+// connection (pgx closes it; the next call dials a new one). Only
+// waitbound.Grace after the deadline — a server that does not answer —
+// is the statement cut.
+func follow(ctx context.Context, tcancel context.CancelFunc) (disarm func()) {
+	if _, ok := ctx.Deadline(); !ok {
+		stop := context.AfterFunc(ctx, tcancel)
+		return func() { stop() }
+	}
+	var mu sync.Mutex
+	var grace *time.Timer
+	stopped := false
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			tcancel()
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			grace = time.AfterFunc(waitbound.Grace, tcancel)
+		}
+	})
+	return func() {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if grace != nil {
+			grace.Stop()
+		}
+	}
+}
+
 // boundExecer is a Tx whose driver runs a statement with bind arguments as
 // cheaply as one without: pgx's database/sql driver, which prepares it once
 // per connection (lib/pq, for one, spends a round trip preparing each).
@@ -254,16 +390,19 @@ type boundExecer interface {
 	execBound(ctx context.Context, sql string, args ...any) error
 }
 
-// lockAfterBegin takes p's locks in a transaction BEGIN did not lock: one
+// lockAfterBegin takes a's locks in a transaction BEGIN did not lock: one
 // key (waiting, not try-once) as one prepared statement where the driver
 // prepares cheaply, else every key in one simple-protocol message (one
 // round trip for any number of keys; try-once's answer read as an error).
-func lockAfterBegin(ctx context.Context, tx Tx, p *plan) error {
-	if b, ok := tx.(boundExecer); ok && len(p.queries) == 1 && !p.tryOnce {
-		q := p.queries[0]
-		return b.execBound(ctx, q.sql, q.args...)
+func lockAfterBegin(ctx context.Context, tx Tx, a *Attempt) error {
+	p := a.plan
+	if !a.bind() {
+		return errNoTime
 	}
-	return tx.Exec(ctx, p.lockText())
+	if b, ok := tx.(boundExecer); ok && len(p.queries) == 1 && !p.tryOnce {
+		return b.execBound(ctx, p.queries[0].sql, p.queryArgs(0, a.timeout)...)
+	}
+	return tx.Exec(ctx, p.lockTextFor(a.timeout))
 }
 
 func isContextErr(err error) bool {
@@ -280,7 +419,8 @@ func rollback(ctx context.Context, tx Tx) {
 }
 
 // lockFailed classifies an error from BEGIN or the lock statements.
-func (c *config) lockFailed(ctx context.Context, p *plan, n int, start time.Time, err error) error {
+func (c *config) lockFailed(ctx context.Context, a *Attempt, start time.Time, err error) error {
+	p, n := a.plan, a.n
 	wait := time.Since(start)
 	code := retry.SQLState(err)
 	if cerr := ctx.Err(); cerr != nil && (isContextErr(err) || code == codeQueryCanceled) {
@@ -295,9 +435,12 @@ func (c *config) lockFailed(ctx context.Context, p *plan, n int, start time.Time
 		code == codeInvalidText && strings.Contains(err.Error(), notAcquiredMarker)):
 		ev.Outcome = observe.Busy
 		err = &LockError{Keys: p.keys, Shared: p.shared, TryOnce: true, Wait: wait}
+	case errors.Is(err, errNoTime):
+		ev.Outcome = observe.Timeout
+		err = &LockError{Keys: p.keys, Shared: p.shared, Wait: wait, byDeadline: true}
 	case code == retry.CodeLockNotAvailable:
 		ev.Outcome = observe.Timeout
-		err = &LockError{Keys: p.keys, Shared: p.shared, Timeout: p.timeout, Wait: wait, Err: err}
+		err = &LockError{Keys: p.keys, Shared: p.shared, Timeout: a.timeout, Wait: wait, Err: err, byDeadline: a.byDeadline}
 	case code == retry.CodeDeadlockDetected:
 		ev.Outcome = observe.Deadlock
 	case ctx.Err() != nil || isContextErr(err):

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"reflect"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlock/sqlock/advisory"
@@ -41,15 +42,37 @@ func DoKeys(ctx context.Context, db DB, keys []advisory.Key, fn func(ctx context
 		return ErrNilFunc
 	}
 	prepares := onPgxStdlib(db)
+	pool, _ := db.(*sql.DB)
 	return run(ctx, db, keys, func(ctx context.Context, a *Attempt) (*sql.Tx, Tx, error) {
-		tx, err := db.BeginTx(ctx, a.TxOptions())
+		var conn *sql.Conn
+		var on DB = db
+		if _, ok := a.ctx.Deadline(); ok && pool != nil {
+			// Under a deadline, the wait for a pooled connection ends with
+			// the caller's context, BEGIN and the lock wait run on ctx (see
+			// Run), and the connection's estimates set the wait's bound.
+			c, err := pool.Conn(a.ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			c.Raw(func(dc any) error {
+				if pc, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
+					a.useConn(pc.Conn())
+				}
+				return nil
+			})
+			conn, on = c, c
+		}
+		tx, err := on.BeginTx(ctx, a.TxOptions())
 		if err != nil {
+			if conn != nil {
+				conn.Close()
+			}
 			return nil, nil, err
 		}
 		if prepares {
-			return tx, pgxStdlibTx{sqlTx{tx}}, nil
+			return tx, pgxStdlibTx{sqlTx{tx, conn}}, nil
 		}
-		return tx, SQLTx(tx), nil
+		return tx, sqlTx{tx, conn}, nil
 	}, fn, opts)
 }
 
@@ -76,17 +99,37 @@ func (t pgxStdlibTx) execBound(ctx context.Context, q string, args ...any) error
 
 // SQLTx adapts a *sql.Tx (or the one inside sqlx's *sqlx.Tx, or GORM's
 // transaction's ConnPool) for Run.
-func SQLTx(tx *sql.Tx) Tx { return sqlTx{tx} }
+func SQLTx(tx *sql.Tx) Tx { return sqlTx{tx: tx} }
 
-type sqlTx struct{ tx *sql.Tx }
+// sqlTx drives a *sql.Tx; c, when set, is the connection it runs on,
+// returned to the pool once the transaction ends.
+type sqlTx struct {
+	tx *sql.Tx
+	c  *sql.Conn
+}
 
 func (t sqlTx) Exec(ctx context.Context, q string) error {
 	_, err := t.tx.ExecContext(ctx, q)
 	return err
 }
 
-func (t sqlTx) Commit(context.Context) error   { return t.tx.Commit() }
-func (t sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+func (t sqlTx) Commit(context.Context) error {
+	err := t.tx.Commit()
+	t.done()
+	return err
+}
+
+func (t sqlTx) Rollback(context.Context) error {
+	err := t.tx.Rollback()
+	t.done()
+	return err
+}
+
+func (t sqlTx) done() {
+	if t.c != nil {
+		t.c.Close()
+	}
+}
 
 // isNil reports whether h is nil or a nil pointer in an interface.
 func isNil(h any) bool {

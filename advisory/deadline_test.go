@@ -1,0 +1,139 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgtest"
+)
+
+// lockPID takes key with l, returns the server backend holding it, and
+// unlocks.
+func lockPID(t *testing.T, l *advisory.Locker, conn *pgx.Conn, key advisory.Key) uint32 {
+	t.Helper()
+	lk, err := l.Lock(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock(context.Background())
+	pids := holderPIDs(t, conn, key)
+	if len(pids) != 1 {
+		t.Fatalf("holders of %v: %v", key, pids)
+	}
+	return pids[0]
+}
+
+// A wait whose bound the caller's deadline sets ends on the server
+// (lock_timeout) before the deadline: the caller gets ErrTimeout matching
+// context.DeadlineExceeded, and the connection survives — the Locker's next
+// lock is held by the same server backend (one connection in use at a
+// time, so the pool hands back the one it has).
+func TestDeadlineEndsWaitOnServerAndKeepsConnection(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		conn := admin(t, db)
+		l := bc.open(t, db)
+		if err := l.Verify(context.Background()); err != nil { // the probe's connections are closed
+			t.Fatal(err)
+		}
+		key, other := advisory.KeyOf("deadline:server:"+bc.name), advisory.KeyOf("deadline:other:"+bc.name)
+		before := lockPID(t, l, conn, other)
+		k, _ := key.Int64()
+		if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", k); err != nil {
+			t.Fatal(err)
+		}
+		deadline := 300*time.Millisecond + 20*db.Latency()
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		start := time.Now()
+		lk, err := l.Lock(ctx, key)
+		elapsed := time.Since(start)
+		if err == nil {
+			lk.Unlock(context.Background())
+			t.Fatal("Lock of a held key succeeded")
+		}
+		if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want ErrTimeout matching context.DeadlineExceeded", err)
+		}
+		// Only a server that does not answer makes the call outlive its
+		// deadline by the grace period.
+		if elapsed > deadline+time.Second {
+			t.Fatalf("returned %v after the call began, deadline %v", elapsed, deadline)
+		}
+		if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", k); err != nil {
+			t.Fatal(err)
+		}
+		if after := lockPID(t, l, conn, other); after != before {
+			t.Fatalf("held by backend %d before the timed-out wait and by %d after: the connection was replaced", before, after)
+		}
+	})
+}
+
+// When the caller's deadline leaves no time to wait, Lock returns
+// ErrTimeout matching context.DeadlineExceeded at once, holding nothing.
+func TestDeadlineTooCloseReturnsTimeoutAtOnce(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		l := bc.open(t, db)
+		if err := l.Verify(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(500*time.Microsecond))
+		defer cancel()
+		lk, err := l.Lock(ctx, advisory.KeyOf("deadline:close"))
+		if err == nil {
+			lk.Unlock(context.Background())
+			t.Fatal("Lock succeeded with no time to wait")
+		}
+		if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want ErrTimeout matching context.DeadlineExceeded", err)
+		}
+		waitNoLocks(t, admin(t, db))
+	})
+}
+
+// A cancellation still ends a wait whose bound the deadline set, at once.
+func TestCancelEndsDeadlineBoundWait(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		conn := admin(t, db)
+		l := bc.open(t, db, advisory.WithWaitTimeout(2*time.Hour))
+		key := advisory.KeyOf("deadline:cancel:" + bc.name)
+		k, _ := key.Int64()
+		if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", k); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			lk, err := l.Lock(ctx, key)
+			if err == nil {
+				lk.Unlock(context.Background())
+			}
+			done <- err
+		}()
+		waitUntil(t, "the Lock waits on the server", func() bool { return waiting(t, conn, key) == 1 })
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want context.Canceled", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("a cancelled wait did not end within a minute")
+		}
+		if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", k); err != nil {
+			t.Fatal(err)
+		}
+		waitNoLocks(t, conn)
+	})
+}

@@ -1,0 +1,160 @@
+package txlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/observe"
+	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/txlock"
+)
+
+// backendPID runs one locked transaction on be and returns the server
+// backend it ran on.
+func backendPID(t *testing.T, be backend, key advisory.Key) int64 {
+	t.Helper()
+	var pid int64
+	err := be.do(context.Background(), []advisory.Key{key}, func(ctx context.Context, x q) error {
+		var err error
+		pid, err = x.Int(ctx, "SELECT pg_backend_pid()::int8")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// A wait whose bound the caller's deadline sets ends on the server
+// (lock_timeout, SQLSTATE 55P03) before the deadline cuts anything: the
+// caller gets a *LockError matching ErrTimeout and
+// context.DeadlineExceeded, it is not retried even under
+// RetryLockTimeout, and the connection survives — the next transaction
+// runs on the same server backend (one connection in use at a time, so
+// every handle hands back the one it has).
+func TestDeadlineEndsWaitOnServerAndKeepsConnection(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	key := advisory.KeyOf("deadline:server")
+	other := advisory.KeyOf("deadline:other")
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			before := backendPID(t, be, other)
+			h := holdLocks(t, db, false, key)
+			defer h.release()
+			var evs observetest.Recorder
+			deadline := 300*time.Millisecond + 20*db.Latency()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			ran := false
+			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
+				txlock.WithTimeout(time.Hour), txlock.WithObserver(&evs), txlock.WithRetry(retry.RetryLockTimeout()))
+			elapsed := time.Since(start)
+			var le *txlock.LockError
+			if !errors.As(err, &le) || !errors.Is(err, txlock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || ran {
+				t.Fatalf("got %v (fn ran: %v), want a *LockError matching ErrTimeout and context.DeadlineExceeded", err, ran)
+			}
+			if retry.SQLState(err) != "55P03" {
+				t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", err)
+			}
+			if le.Timeout <= 0 || le.Timeout >= deadline {
+				t.Fatalf("wait bound %v, want one shorter than the deadline %v", le.Timeout, deadline)
+			}
+			if n := evs.Count(observe.Retry, observe.OutcomeNone); n != 0 {
+				t.Fatalf("retried %d times: %+v", n, evs.Events())
+			}
+			if evs.Count(observe.LockAcquire, observe.Timeout) != 1 {
+				t.Fatalf("events: %+v", evs.Events())
+			}
+			// Only a server that does not answer makes the call outlive its
+			// deadline by the grace period.
+			if elapsed > deadline+time.Second {
+				t.Fatalf("returned %v after the call began, deadline %v", elapsed, deadline)
+			}
+			h.release()
+			if after := backendPID(t, be, other); after != before {
+				t.Fatalf("the transaction ran on backend %d before the timed-out wait and on %d after: the connection was replaced", before, after)
+			}
+		})
+	}
+}
+
+// When the caller's deadline leaves no time to wait, the call returns the
+// typed timeout at once — a *LockError matching ErrTimeout and
+// context.DeadlineExceeded with no server error, as nothing was sent —
+// and fn does not run.
+func TestDeadlineTooCloseReturnsTimeoutAtOnce(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	key := advisory.KeyOf("deadline:close")
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			var evs observetest.Recorder
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(500*time.Microsecond))
+			defer cancel()
+			ran := false
+			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
+				txlock.WithObserver(&evs))
+			var le *txlock.LockError
+			if ctx.Err() != nil && !errors.As(err, &le) {
+				// The machine was slower than half a millisecond before
+				// the first check: the context had already ended.
+				if !errors.Is(err, context.DeadlineExceeded) || ran {
+					t.Fatalf("got %v (fn ran: %v)", err, ran)
+				}
+				return
+			}
+			if !errors.As(err, &le) || !errors.Is(err, txlock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || ran {
+				t.Fatalf("got %v (fn ran: %v), want a *LockError matching ErrTimeout and context.DeadlineExceeded", err, ran)
+			}
+			if le.Err != nil {
+				t.Fatalf("got %v: a server error, want nothing sent", err)
+			}
+			if evs.Count(observe.LockAcquire, observe.Timeout) != 1 {
+				t.Fatalf("events: %+v", evs.Events())
+			}
+		})
+	}
+}
+
+// A cancellation still ends a wait whose bound the deadline set, at once:
+// the call returns context.Canceled long before the deadline.
+func TestCancelEndsDeadlineBoundWait(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	admin := db.Pool()
+	key := advisory.KeyOf("deadline:cancel")
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			h := holdLocks(t, db, false, key)
+			defer h.release()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil },
+					txlock.WithTimeout(2*time.Hour))
+			}()
+			for len(advisoryLocks(t, admin)) < 2 { // the holder's and the waiter's
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("got %v, want context.Canceled", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("a cancelled wait did not end within a minute")
+			}
+			h.release()
+			waitNoLocks(t, admin)
+		})
+	}
+}
