@@ -50,7 +50,8 @@ func newConfig(opts []Option) config {
 
 // retryPolicy returns the policy the attempts run under: the one given by
 // WithRetryPolicy, or the default (DefaultMaxAttempts attempts, retry's
-// full-jitter backoff, 40001 and 40P01) plus any WithRetry options; nil
+// full-jitter backoff; 40001, 40P01 and stale versioned writes) plus any
+// WithRetry options; nil
 // for a single attempt.
 func (c *config) retryPolicy() *retry.Policy {
 	switch {
@@ -129,7 +130,8 @@ func WithPgxTxOptions(o pgx.TxOptions) Option {
 }
 
 // WithRetry adds retry options to the default policy (DefaultMaxAttempts
-// attempts; 40001 and 40P01 retried with full-jitter backoff), e.g.
+// attempts; 40001, 40P01 and stale versioned writes retried with
+// full-jitter backoff), e.g.
 // retry.WithMaxAttempts(10) or retry.RetryLockTimeout(). Options given
 // later win.
 func WithRetry(opts ...retry.Option) Option {

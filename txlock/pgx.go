@@ -24,7 +24,8 @@ type PgxDB interface {
 
 // DoPgx is Do for pgx: fn runs in a transaction holding the advisory lock
 // on key, committed when fn returns nil, rolled back otherwise, and run
-// again as a whole on serialization failures and deadlocks. fn must be safe
+// again as a whole on serialization failures, deadlocks and stale versioned
+// writes (the same errors as Do). fn must be safe
 // to run more than once.
 func DoPgx(ctx context.Context, db PgxDB, key advisory.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...Option) error {
 	return DoPgxKeys(ctx, db, []advisory.Key{key}, fn, opts...)
