@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// Values read from a real PostgreSQL 15 server (../shared/prior-art/hashtext.md).
+// Values read from a real PostgreSQL 15 server (SELECT hashtext(s), hashtextextended(s, seed));
+// TestAgainstServer checks many more against the server the tests start.
 var pinned = []struct {
 	s        string
 	text     int32
