@@ -68,3 +68,42 @@ func checkInRepo(t *testing.T, top, doc, path, link string) {
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestNothingPointsOutsideTheRepository: no source file, script or doc
+// names a path in the workspace around the repository; the project stands
+// alone.
+func TestNothingPointsOutsideTheRepository(t *testing.T) {
+	outside := ".." + "/shared" // spelt in two parts so that this file passes its own check
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".sh", ".yml", ".yaml", ".txt":
+		default:
+			if d.Name() != "Makefile" {
+				return nil
+			}
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, outside) {
+				rel, _ := filepath.Rel(root, path)
+				t.Errorf("%s:%d points outside the repository: %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
