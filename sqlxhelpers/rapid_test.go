@@ -14,6 +14,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/jmoiron/sqlx/reflectx"
+	"github.com/sqlock/sqlock/internal/modeltest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/sqlxhelpers"
 	"github.com/sqlock/sqlock/versioned"
@@ -424,28 +425,7 @@ func (m *sqlxModel) check(rt *rapid.T) {
 	if err := rows.Err(); err != nil {
 		rt.Fatalf("snapshot: %v", err)
 	}
-	present := 0
-	for r, want := range m.rows {
-		k := fmt.Sprint(m.keys[r])
-		g, ok := got[k]
-		if !want.present {
-			if ok {
-				rt.Fatalf("row %s is in the table after its delete: %+v", k, g)
-			}
-			continue
-		}
-		present++
-		if !ok || g != want {
-			rt.Fatalf("row %s is %+v, the model says %+v", k, g, want)
-		}
-		if g.version < m.seen[r] {
-			rt.Fatalf("row %s went back from version %d to %d", k, m.seen[r], g.version)
-		}
-		m.seen[r] = g.version
-	}
-	if len(got) != present {
-		rt.Fatalf("table has %d rows, the model %d", len(got), present)
-	}
+	modeltest.Compare(rt, got, m.keys, m.rows, func(r sxRow) bool { return r.present }, func(r sxRow) int64 { return r.version }, m.seen)
 }
 
 // TestStructWritesMatchKeysByName: Update, Delete and NamedExec target the

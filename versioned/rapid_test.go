@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	_ "github.com/glebarez/go-sqlite"
+	"github.com/sqlock/sqlock/internal/modeltest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
@@ -534,26 +535,5 @@ func (m *structModel) check(rt *rapid.T) {
 	if err := rows.Err(); err != nil {
 		rt.Fatalf("snapshot: %v", err)
 	}
-	present := 0
-	for r, want := range m.rows {
-		k := fmt.Sprint(m.keys[r])
-		g, ok := got[k]
-		if !want.present {
-			if ok {
-				rt.Fatalf("row %s is in the table after its delete: %+v", k, g)
-			}
-			continue
-		}
-		present++
-		if !ok || g != want {
-			rt.Fatalf("row %s is %+v, the model says %+v", k, g, want)
-		}
-		if g.version < m.seen[r] {
-			rt.Fatalf("row %s went back from version %d to %d", k, m.seen[r], g.version)
-		}
-		m.seen[r] = g.version
-	}
-	if len(got) != present {
-		rt.Fatalf("table has %d rows, the model %d", len(got), present)
-	}
+	modeltest.Compare(rt, got, m.keys, m.rows, func(r modelRow) bool { return r.present }, func(r modelRow) int64 { return r.version }, m.seen)
 }
