@@ -167,3 +167,30 @@ func Example_batch() {
 	// true
 	// <nil> 2 [2 2]
 }
+
+// The plugin cannot see the caller's own transaction roll back: after a
+// versioned write inside db.Transaction whose fn then fails, the struct
+// holds a version the row never kept. Resync reads it back.
+func ExampleResync() {
+	db := exampleDB()
+	t := Ticket{Status: "open"}
+	db.Create(&t)
+
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&t).Update("status", "assigned").Error; err != nil {
+			return err
+		}
+		return errors.New("the payment provider refused") // rolls the update back
+	})
+	fmt.Println(err, "- struct at version", t.Version)
+
+	if err := gormplugin.Resync(db, &t); err != nil {
+		panic(err)
+	}
+	fmt.Println("after Resync: version", t.Version)
+	fmt.Println("the next write:", db.Model(&t).Update("status", "assigned").Error, t.Version)
+	// Output:
+	// the payment provider refused - struct at version 2
+	// after Resync: version 1
+	// the next write: <nil> 2
+}
