@@ -1,0 +1,15 @@
+// Package sqlock holds the words every sqlock package shares, so that one
+// condition has one name whichever package reports it.
+//
+// The mechanisms live in packages of their own: [github.com/sqlock/sqlock/advisory]
+// (PostgreSQL advisory locks), [github.com/sqlock/sqlock/txlock] (a transaction
+// holding advisory locks), [github.com/sqlock/sqlock/versioned] (optimistic
+// version columns), [github.com/sqlock/sqlock/retry], and the adapters
+// [github.com/sqlock/sqlock/gormplugin] and [github.com/sqlock/sqlock/sqlxhelpers].
+//
+// Every package refuses bad input before it sends anything, with an error that
+// matches one of the sentinels below through [errors.Is] and says in its text
+// which package and which argument:
+//
+//	if errors.Is(err, sqlock.ErrInvalidOption) { … } // a zero WithTimeout, in any package
+package sqlock

@@ -1,0 +1,24 @@
+// Package errs builds errors that carry their package's own message and
+// match one of the shared sentinels of package sqlock (or any other
+// sentinel) through errors.Is, without the sentinel's text repeated in the
+// message.
+package errs
+
+import "fmt"
+
+// Error is a message with the sentinel it stands for.
+type Error struct {
+	msg  string
+	kind error
+}
+
+// New returns an error whose text is the formatted message and which
+// matches kind through errors.Is.
+func New(kind error, format string, args ...any) error {
+	return &Error{msg: fmt.Sprintf(format, args...), kind: kind}
+}
+
+func (e *Error) Error() string { return e.msg }
+
+// Is reports whether target is the sentinel this error stands for.
+func (e *Error) Is(target error) bool { return target == e.kind }
