@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/txlock"
@@ -205,7 +206,7 @@ func waitIdle(t *testing.T, admin *pgxpool.Pool) {
 
 func checkAmbiguous(t *testing.T, err error, calls int) {
 	t.Helper()
-	var amb *txlock.AmbiguousCommitError
+	var amb *lockedtx.AmbiguousCommitError
 	if !errors.As(err, &amb) || !errors.Is(err, txlock.ErrAmbiguousCommit) || !retry.IsPermanent(err) {
 		t.Fatalf("got %v (%T), want an ambiguous commit", err, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
@@ -56,7 +57,7 @@ func TestDeadlineEndsWaitOnServerAndKeepsConnection(t *testing.T) {
 			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
 				txlock.WithTimeout(time.Hour), txlock.WithObserver(&evs), txlock.WithRetry(retry.RetryLockTimeout()))
 			elapsed := time.Since(start)
-			var le *txlock.LockError
+			var le *lockedtx.LockError
 			if !errors.As(err, &le) || !errors.Is(err, txlock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || ran {
 				t.Fatalf("got %v (fn ran: %v), want a *LockError matching ErrTimeout and context.DeadlineExceeded", err, ran)
 			}
@@ -101,7 +102,7 @@ func TestDeadlineTooCloseReturnsTimeoutAtOnce(t *testing.T) {
 			ran := false
 			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
 				txlock.WithObserver(&evs))
-			var le *txlock.LockError
+			var le *lockedtx.LockError
 			if ctx.Err() != nil && !errors.As(err, &le) {
 				// The machine was slower than half a millisecond before
 				// the first check: the context had already ended.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
@@ -43,7 +44,7 @@ func TestTimeout(t *testing.T) {
 			if !errors.Is(err, txlock.ErrTimeout) || errors.Is(err, txlock.ErrNotAcquired) {
 				t.Fatalf("got %v, want ErrTimeout", err)
 			}
-			var le *txlock.LockError
+			var le *lockedtx.LockError
 			if !errors.As(err, &le) || le.Timeout != 50*time.Millisecond || len(le.Keys) != 2 || le.Wait < 50*time.Millisecond {
 				t.Fatalf("LockError %+v", le)
 			}

@@ -1,4 +1,4 @@
-package txlock
+package lockedtx
 
 import (
 	"context"
@@ -14,8 +14,28 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 )
+
+// Options as package txlock's set them (txlock cannot be imported here).
+type option = func(*Config)
+
+func shared() option                     { return func(c *Config) { c.Shared = true } }
+func tryOnce() option                    { return func(c *Config) { c.TryOnce = true } }
+func withTimeout(d time.Duration) option { return func(c *Config) { c.Timeout = d } }
+
+// planOf is newPlan for a set of keys: the first as the call's key, the
+// others as AlsoLock's.
+func planOf(t *testing.T, keys []advisory.Key, opts []option) *plan {
+	t.Helper()
+	c := newConfig(append([]option{func(c *Config) { c.More = keys[1:] }}, opts...))
+	p, err := newPlan(keys[0], &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // The bound form the batch sends: one statement per key in canonical order,
 // the timeout (as text, whole milliseconds) only with the first, arguments
@@ -26,30 +46,26 @@ func TestLockQueries(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		keys []advisory.Key
-		opts []Option
+		opts []option
 		want []lockQuery
 	}{
 		{"default", []advisory.Key{advisory.KeyInt(42)}, nil,
 			[]lockQuery{{"SELECT pg_catalog.pg_advisory_xact_lock($2::int8)" + to, []any{"5000ms", int64(42)}}}},
 		{"shared, canonical order, duplicates once",
 			[]advisory.Key{advisory.KeyPair(-1, 2), advisory.KeyInt(math.MaxInt64), advisory.KeyInt(math.MinInt64), advisory.KeyInt(math.MaxInt64)},
-			[]Option{Shared(), WithTimeout(1500 * time.Microsecond)},
+			[]option{shared(), withTimeout(1500 * time.Microsecond)},
 			[]lockQuery{
 				{"SELECT pg_catalog.pg_advisory_xact_lock_shared($2::int8)" + to, []any{"2ms", int64(math.MinInt64)}},
 				{"SELECT pg_catalog.pg_advisory_xact_lock_shared($1::int8)", []any{int64(math.MaxInt64)}},
 				{"SELECT pg_catalog.pg_advisory_xact_lock_shared($1::int4, $2::int4)", []any{int32(-1), int32(2)}},
 			}},
-		{"try once: no timeout, answers read", []advisory.Key{advisory.KeyInt(7), advisory.KeyPair(1, 2)}, []Option{TryOnce(), WithTimeout(time.Second)},
+		{"try once: no timeout, answers read", []advisory.Key{advisory.KeyInt(7), advisory.KeyPair(1, 2)}, []option{tryOnce(), withTimeout(time.Second)},
 			[]lockQuery{
 				{"SELECT pg_catalog.pg_try_advisory_xact_lock($1::int8)", []any{int64(7)}},
 				{"SELECT pg_catalog.pg_try_advisory_xact_lock($1::int4, $2::int4)", []any{int32(1), int32(2)}},
 			}},
 	} {
-		c := newConfig(tc.opts)
-		p, err := newPlan(tc.keys, &c)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
+		p := planOf(t, tc.keys, tc.opts)
 		if fmt.Sprint(p.queries) != fmt.Sprint(tc.want) {
 			t.Errorf("%s:\n got %v\nwant %v", tc.name, p.queries, tc.want)
 		}
@@ -62,65 +78,47 @@ func TestLockSQL(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		keys []advisory.Key
-		opts []Option
+		opts []option
 		want string
 	}{
 		{"default", []advisory.Key{advisory.KeyInt(42)}, nil,
 			"SET LOCAL lock_timeout = '5000ms';SELECT pg_catalog.pg_advisory_xact_lock(42)"},
-		{"rounded up", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(1500*time.Microsecond + 1)},
+		{"rounded up", []advisory.Key{advisory.KeyInt(1)}, []option{withTimeout(1500*time.Microsecond + 1)},
 			"SET LOCAL lock_timeout = '2ms';SELECT pg_catalog.pg_advisory_xact_lock(1)"},
-		{"never 0", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(time.Nanosecond)},
+		{"never 0", []advisory.Key{advisory.KeyInt(1)}, []option{withTimeout(time.Nanosecond)},
 			"SET LOCAL lock_timeout = '1ms';SELECT pg_catalog.pg_advisory_xact_lock(1)"},
-		{"capped", []advisory.Key{advisory.KeyInt(1)}, []Option{WithTimeout(math.MaxInt64)},
+		{"capped", []advisory.Key{advisory.KeyInt(1)}, []option{withTimeout(math.MaxInt64)},
 			"SET LOCAL lock_timeout = '2147483647ms';SELECT pg_catalog.pg_advisory_xact_lock(1)"},
 		{"shared, canonical order, duplicates once",
 			[]advisory.Key{advisory.KeyPair(-1, 2), advisory.KeyInt(math.MaxInt64), advisory.KeyInt(math.MinInt64), advisory.KeyInt(math.MaxInt64)},
-			[]Option{Shared(), WithTimeout(time.Second)},
+			[]option{shared(), withTimeout(time.Second)},
 			"SET LOCAL lock_timeout = '1000ms';SELECT pg_catalog.pg_advisory_xact_lock_shared(-9223372036854775808);" +
 				"SELECT pg_catalog.pg_advisory_xact_lock_shared(9223372036854775807);SELECT pg_catalog.pg_advisory_xact_lock_shared(-1,2)"},
-		{"try once ignores the timeout", []advisory.Key{advisory.KeyInt(7), advisory.KeyInt(3)}, []Option{TryOnce(), WithTimeout(time.Second)},
+		{"try once ignores the timeout", []advisory.Key{advisory.KeyInt(7), advisory.KeyInt(3)}, []option{tryOnce(), withTimeout(time.Second)},
 			"SELECT (CASE WHEN pg_catalog.pg_try_advisory_xact_lock(3) THEN '1' ELSE 'sqlock: advisory lock held elsewhere' END)::int;" +
 				"SELECT (CASE WHEN pg_catalog.pg_try_advisory_xact_lock(7) THEN '1' ELSE 'sqlock: advisory lock held elsewhere' END)::int"},
-		{"try once shared", []advisory.Key{advisory.KeyPair(1, 2)}, []Option{TryOnce(), Shared()},
+		{"try once shared", []advisory.Key{advisory.KeyPair(1, 2)}, []option{tryOnce(), shared()},
 			"SELECT (CASE WHEN pg_catalog.pg_try_advisory_xact_lock_shared(1,2) THEN '1' ELSE 'sqlock: advisory lock held elsewhere' END)::int"},
 	} {
-		c := newConfig(tc.opts)
-		p, err := newPlan(tc.keys, &c)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if got := p.lockText(); got != tc.want {
+		p := planOf(t, tc.keys, tc.opts)
+		if got := p.lockText(p.timeout); got != tc.want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
 }
 
-func TestBeginSQL(t *testing.T) {
-	c := newConfig([]Option{WithTimeout(time.Second), WithPgxTxOptions(pgx.TxOptions{
-		IsoLevel: pgx.Serializable, AccessMode: pgx.ReadOnly, DeferrableMode: pgx.Deferrable, CommitQuery: "COMMIT"})})
-	p, err := newPlan([]advisory.Key{advisory.KeyInt(5)}, &c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &Attempt{plan: p, cfg: &c}
-	o := a.PgxTxOptions()
-	want := "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE;SET LOCAL lock_timeout = '1000ms';SELECT pg_catalog.pg_advisory_xact_lock(5)"
-	if o.BeginQuery != want || o.CommitQuery != "COMMIT" {
-		t.Fatalf("got %+v", o)
-	}
-	// Folded once per attempt: a second call gets the plain options.
-	if o := a.PgxTxOptions(); o.BeginQuery != "" || o.IsoLevel != pgx.Serializable {
-		t.Fatalf("second call: %+v", o)
-	}
-	// A caller's BeginQuery is never replaced.
-	c = newConfig([]Option{WithPgxTxOptions(pgx.TxOptions{BeginQuery: "BEGIN PRIORITY HIGH"})})
-	a = &Attempt{plan: p, cfg: &c}
-	if o := a.PgxTxOptions(); o.BeginQuery != "BEGIN PRIORITY HIGH" || a.state.Load() != statePending {
-		t.Fatalf("caller's BeginQuery: %+v", o)
+// Transaction modes are checked against the ones PostgreSQL knows and
+// spelled by this package: a mode it does not know is an invalid option,
+// refused before anything is sent.
+func TestTransactionModes(t *testing.T) {
+	o, err := normalPgxOptions(pgx.TxOptions{IsoLevel: "SERIALIZABLE", AccessMode: pgx.ReadOnly, DeferrableMode: pgx.Deferrable,
+		CommitQuery: "COMMIT", BeginQuery: "BEGIN"})
+	if err != nil || o != (pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadOnly, DeferrableMode: pgx.Deferrable, CommitQuery: "COMMIT"}) {
+		t.Fatalf("got %+v, %v", o, err)
 	}
 	for _, bad := range []pgx.TxOptions{{IsoLevel: "snapshot"}, {AccessMode: "read only; DROP TABLE x"}, {DeferrableMode: "maybe"}} {
-		c := newConfig([]Option{WithPgxTxOptions(bad)})
-		if _, err := newPlan([]advisory.Key{advisory.KeyInt(1)}, &c); !errors.Is(err, ErrTxOptions) {
+		c := newConfig([]option{func(c *Config) { c.PgxOpts = bad }})
+		if _, err := newPlan(advisory.KeyInt(1), &c); !errors.Is(err, sqlock.ErrInvalidOption) {
 			t.Errorf("%+v: %v", bad, err)
 		}
 	}

@@ -1,0 +1,99 @@
+package lockedtx
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/internal/waitbound"
+)
+
+// Attempt is one run of the transaction, handed to a BeginFunc.
+type Attempt struct {
+	n    int
+	plan *plan
+	cfg  *Config
+	ctx  context.Context // the caller's
+
+	// The lock wait's bound for this attempt (see bind): the configured
+	// timeout, or, when the caller's deadline comes first, the time to it
+	// less what the rest of the transaction needs (byDeadline).
+	timeout    time.Duration
+	byDeadline bool
+	// est is the estimates of the connection the attempt runs on, when the
+	// caller's context has a deadline and the connection is a pgx one; nil
+	// otherwise (the bound then keeps a cold reserve back).
+	est *waitbound.Estimates
+}
+
+// Number is the 1-based attempt number.
+func (a *Attempt) Number() int { return a.n }
+
+// Context is the caller's context. The context a BeginFunc gets follows it
+// only while BEGIN runs (see BeginFunc); a transaction type that keeps a
+// context for its statements (GORM's) should be given this one, and so
+// should the wait for a pooled connection.
+func (a *Attempt) Context() context.Context { return a.ctx }
+
+// useConn records the estimates of the pgx connection the attempt runs
+// on, when the caller's context has a deadline (only then are they used,
+// and kept up to date).
+func (a *Attempt) useConn(c *pgx.Conn) {
+	if _, ok := a.ctx.Deadline(); ok && !a.plan.tryOnce {
+		a.est = estimatesOf(c)
+	}
+}
+
+// bind fixes the attempt's lock wait bound just before the lock statements
+// are sent: the configured timeout, or the time to the caller's deadline
+// less the reserve (waitbound) when that is shorter. It reports false when
+// no time is left to wait; the bound is then 1 ms, the least lock_timeout
+// there is.
+func (a *Attempt) bind() bool {
+	a.timeout, a.byDeadline = a.plan.timeout, false
+	if a.plan.tryOnce {
+		return true
+	}
+	d, ok := a.ctx.Deadline()
+	if !ok {
+		return true
+	}
+	a.timeout, a.byDeadline = a.est.Bound(time.Now(), a.plan.timeout, d, true)
+	if a.timeout < time.Millisecond {
+		a.timeout = time.Millisecond
+		return false
+	}
+	return true
+}
+
+// released feeds the connection's estimates (when kept: see useConn) after
+// the transaction ended with COMMIT or ROLLBACK, sent at sent: the
+// statement's round trip (it never waits for a lock) and the hold, from
+// the grant at locked to now.
+func (a *Attempt) released(locked, sent time.Time) {
+	if a.est == nil {
+		return
+	}
+	now := time.Now()
+	a.est.ObserveRTT(now.Sub(sent))
+	a.est.ObserveHold(now.Sub(locked))
+}
+
+// estimatesKey is the key of a connection's estimates in pgconn's
+// CustomData.
+const estimatesKey = "github.com/sqlock/sqlock/txlock.estimates"
+
+// estimatesOf returns c's round-trip and hold estimates, made on first
+// use. They live with the connection (pgconn's CustomData, used by one
+// goroutine at a time with the connection): no package state, and they
+// go when the connection does.
+func estimatesOf(c *pgx.Conn) *waitbound.Estimates {
+	m := c.PgConn().CustomData()
+	e, _ := m[estimatesKey].(*waitbound.Estimates)
+	if e == nil {
+		e = new(waitbound.Estimates)
+		m[estimatesKey] = e
+	}
+	return e
+}
