@@ -182,8 +182,8 @@
 //
 // # Locked transactions
 //
-// [Transaction] and [TransactionKeys] run a func(tx *gorm.DB) error in a
-// GORM transaction that holds pg_advisory_xact_lock on one or more keys
-// from before fn's first statement until COMMIT or ROLLBACK, with txlock's
+// [Transaction] runs a func(tx *gorm.DB) error in a GORM transaction that
+// holds pg_advisory_xact_lock on one or more keys (txlock.AlsoLock) from
+// before fn's first statement until COMMIT or ROLLBACK, with txlock's
 // retries of the whole transaction, with GORM's PrepareStmt on or off.
 package gormplugin

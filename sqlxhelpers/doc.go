@@ -81,16 +81,16 @@
 //
 // # Locked transactions
 //
-// Do and DoKeys (and the Helper methods of the same names) run
+// Do (and the Helper method of the same name) runs
 // func(ctx context.Context, tx *sqlx.Tx) error in a transaction that holds
-// pg_advisory_xact_lock on the keys, through package txlock's runner
-// (txlock.Run), so they have exactly txlock's semantics: keys locked in
+// pg_advisory_xact_lock on a key (and txlock.AlsoLock's), through txlock's
+// engine, so it has exactly txlock.Do's semantics: keys locked in
 // canonical order before the function's first statement and released by
 // COMMIT or ROLLBACK (never leaked), a bounded wait (txlock.WithTimeout;
 // txlock.ErrTimeout), the whole transaction retried on serialization
 // failures, deadlocks and stale versioned writes (never on a cancelled
-// context), and a COMMIT whose outcome is unknown reported as
-// *txlock.AmbiguousCommitError and not retried. Inside the function,
+// context), and a COMMIT whose outcome is unknown reported as an error
+// matching txlock.ErrAmbiguousCommit and not retried. Inside the function,
 // h.On(tx) runs the versioned helpers in the transaction. The function must
 // be safe to run more than once: re-read inside it what it depends on.
 //

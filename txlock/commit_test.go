@@ -124,7 +124,7 @@ func writeSkew(ctx context.Context, t *testing.T, admin *pgxpool.Pool, tx q) err
 
 // A COMMIT whose outcome is unknown — the session ended (FATAL) while
 // committing, or the context ended while COMMIT was waiting — is an
-// *AmbiguousCommitError (errors.Is ErrAmbiguousCommit, Permanent), and it
+// error matching ErrAmbiguousCommit (retry.IsPermanent), and it
 // is never retried, even with a policy that would retry anything. The test
 // logs what really happened: both outcomes occur, which is why the error
 // cannot say.
