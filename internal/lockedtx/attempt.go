@@ -2,6 +2,7 @@ package lockedtx
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,20 @@ func (a *Attempt) bind() bool {
 		return false
 	}
 	return true
+}
+
+// queries is the bound lock statements of the attempt (bind fixed its
+// lock_timeout): the plan's own, or, for a bound the caller's deadline
+// set, a copy whose first statement carries it.
+func (a *Attempt) queries() []lockQuery {
+	p := a.plan
+	if a.timeout == p.timeout || p.timeout <= 0 {
+		return p.queries
+	}
+	qs := slices.Clone(p.queries)
+	qs[0].args = slices.Clone(qs[0].args)
+	qs[0].args[0] = timeoutArg(a.timeout)
+	return qs
 }
 
 // released feeds the connection's estimates (when kept: see useConn) after

@@ -69,7 +69,7 @@ func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions
 	p := a.plan
 	b := &pgx.Batch{}
 	b.BeginTx(o)
-	for _, q := range p.queriesFor(a.timeout) {
+	for _, q := range a.queries() {
 		b.Queue(q.sql, q.args...)
 	}
 	br := conn.SendBatch(ctx, b)

@@ -124,19 +124,6 @@ func (p *plan) lockQueries() []lockQuery {
 	return qs
 }
 
-// queriesFor is the bound lock statements for an attempt whose lock
-// timeout is timeout: the plan's own, or, for a bound the caller's
-// deadline set, a copy whose first statement carries it.
-func (p *plan) queriesFor(timeout time.Duration) []lockQuery {
-	if timeout == p.timeout || p.timeout <= 0 {
-		return p.queries
-	}
-	qs := slices.Clone(p.queries)
-	qs[0].args = slices.Clone(qs[0].args)
-	qs[0].args[0] = timeoutArg(timeout)
-	return qs
-}
-
 func timeoutArg(d time.Duration) string {
 	return strconv.FormatInt(timeoutMillis(d), 10) + "ms"
 }

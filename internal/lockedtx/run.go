@@ -1,17 +1,3 @@
-// Package lockedtx is the engine of package txlock: a transaction that
-// takes pg_advisory_xact_lock on its keys before the caller's function
-// runs, commits or rolls back, and is retried as a whole on the errors that
-// deserve it. txlock's Do and DoPgx, gormplugin.Transaction and
-// sqlxhelpers.Do are adapters on Run: each says how to begin its
-// transaction type (a BeginFunc) and gets the same semantics, documented on
-// package txlock.
-//
-// One key's path to the wire, each file entered once: Run (run.go) builds
-// the plan (plan.go) and runs the attempts; an attempt begins through the
-// adapter's BeginFunc, which reaches begin.go for database/sql and pgx
-// handles, and fold.go sends BEGIN with the locks where the connection
-// allows, reporting that it did; otherwise run.go sends the lock
-// statements itself, after BEGIN.
 package lockedtx
 
 import (
@@ -238,7 +224,7 @@ func lockAfterBegin(ctx context.Context, tx Tx, a *Attempt) error {
 		return errNoTime
 	}
 	if b, ok := tx.(boundExecer); ok && len(p.queries) == 1 && !p.tryOnce {
-		q := p.queriesFor(a.timeout)[0]
+		q := a.queries()[0]
 		return b.execBound(ctx, q.sql, q.args...)
 	}
 	return tx.Exec(ctx, p.lockText(a.timeout))
