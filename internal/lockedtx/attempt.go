@@ -31,12 +31,6 @@ type Attempt struct {
 // Number is the 1-based attempt number.
 func (a *Attempt) Number() int { return a.n }
 
-// Context is the caller's context. The context a BeginFunc gets follows it
-// only while BEGIN runs (see BeginFunc); a transaction type that keeps a
-// context for its statements (GORM's) should be given this one, and so
-// should the wait for a pooled connection.
-func (a *Attempt) Context() context.Context { return a.ctx }
-
 // useConn records the estimates of the pgx connection the attempt runs
 // on, when the caller's context has a deadline (only then are they used,
 // and kept up to date).

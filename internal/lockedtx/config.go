@@ -12,9 +12,9 @@ import (
 	"github.com/sqlock/sqlock/retry"
 )
 
-// DefaultTimeout bounds the wait for the locks unless txlock.WithTimeout
+// defaultTimeout bounds the wait for the locks unless txlock.WithTimeout
 // says otherwise.
-const DefaultTimeout = 5 * time.Second
+const defaultTimeout = 5 * time.Second
 
 // DefaultMaxAttempts is the default attempt limit, the first included.
 const DefaultMaxAttempts = 5
@@ -46,7 +46,7 @@ func (c *Config) Fail(err error) {
 }
 
 func newConfig[O ~func(*Config)](opts []O) Config {
-	c := Config{Timeout: DefaultTimeout, Observer: observe.Nop{}}
+	c := Config{Timeout: defaultTimeout, Observer: observe.Nop{}}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
