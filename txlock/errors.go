@@ -9,13 +9,13 @@ import "github.com/sqlock/sqlock/internal/lockedtx"
 // option), and advisory.ErrInvalidKey for an invalid key.
 var (
 	// ErrTimeout is matched by the error returned when the wait for a
-	// lock ran out (WithTimeout; SQLSTATE 55P03, which the error wraps).
+	// lock ran out ([WithTimeout]; SQLSTATE 55P03, which the error wraps).
 	// fn did not run. It also matches advisory.ErrTimeout, and
 	// context.DeadlineExceeded when the context's deadline set the bound
-	// (see Deadlines). It is not retried unless asked, e.g. with
-	// WithRetry(retry.RetryLockTimeout()).
+	// (then it is never retried: see docs/txlock.md). Otherwise it is not
+	// retried unless asked, e.g. with [WithRetry](retry.RetryLockTimeout()).
 	ErrTimeout = lockedtx.ErrTimeout
-	// ErrNotAcquired is matched by the error returned with TryOnce when a
+	// ErrNotAcquired is matched by the error returned with [TryOnce] when a
 	// key was held elsewhere. fn did not run. It also matches
 	// advisory.ErrNotAcquired.
 	ErrNotAcquired = lockedtx.ErrNotAcquired
