@@ -2,14 +2,8 @@ package advisory
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
-	"io"
-	"net"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Errors. Every error this package returns matches one of these with
@@ -96,45 +90,6 @@ func (e *Error) Unwrap() []error {
 		errs = append(errs, e.Cause)
 	}
 	return errs
-}
-
-// sqlState returns the SQLSTATE of a server error from pgx, lib/pq or any
-// driver whose errors have a SQLState method; "" otherwise.
-func sqlState(err error) string {
-	var s interface{ SQLState() string }
-	if errors.As(err, &s) {
-		return s.SQLState()
-	}
-	return ""
-}
-
-// connectionTrouble reports whether err says the connection (not the SQL)
-// failed: the network, a closed connection, the server shutting down or
-// refusing connections.
-func connectionTrouble(err error) bool {
-	if err == nil {
-		return false
-	}
-	if code := sqlState(err); code != "" {
-		switch code[:2] {
-		case "08", "57", "53", "58": // connection, operator intervention, resources, system
-			return code != "57014" // query_canceled is not about the connection
-		}
-		return false
-	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
-	return pgconn.SafeToRetry(err) || pgconn.Timeout(err)
 }
 
 // ctxError turns the end of the caller's context into an error: a deadline

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/internal/holds"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -430,7 +431,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	}
 
 	if err != nil {
-		code := sqlState(err)
+		code := pgerr.Code(err)
 		// A server error with the caller still waiting for us leaves the
 		// connection usable; but the lock may have been granted just as
 		// the timeout fired (the 55P03 race), so the session is swept
@@ -441,22 +442,22 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		// A blocking lock whose deadline left it detached was cut only if
 		// stmtEnd passed (or a cancellation zeroed it).
 		stmtCut := !time.Now().Before(stmtEnd) || (try || !hasDeadline(ctx)) && ctx.Err() != nil
-		if code != "" && !connectionTrouble(err) && !stmtCut {
+		if code != "" && !pgerr.ConnectionLost(err) && !stmtCut {
 			l.sweep(ctx, sess)
 		} else {
 			sess.destroy()
 		}
 		sess = nil
 		switch {
-		case code == "55P03":
+		case code == pgerr.LockNotAvailable:
 			return nil, timeout(err)
-		case code == "40P01":
+		case code == pgerr.DeadlockDetected:
 			return nil, &Error{Op: op, Key: key, Err: ErrDeadlock, Cause: err}
 		case ctx.Err() != nil:
 			return nil, ctxError(op, key, ctx)
-		case stmtCut || waitedOut() && !connectionTrouble(err):
+		case stmtCut || waitedOut() && !pgerr.ConnectionLost(err):
 			return nil, timeout(err)
-		case connectionTrouble(err):
+		case pgerr.ConnectionLost(err):
 			return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
 		}
 		return nil, &Error{Op: op, Key: key, Cause: err}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/hash"
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // verify runs the server probe once per Locker; a refusal is remembered, a
@@ -58,10 +59,10 @@ func unsupported(format string, args ...any) error {
 // statement vanished, because a pooler moved the session; an engine that
 // does not speak this SQL at all).
 func probeFailed(ctx context.Context, err error) error {
-	if ctx.Err() != nil || connectionTrouble(err) {
+	if ctx.Err() != nil || pgerr.ConnectionLost(err) {
 		return err
 	}
-	if code := sqlState(err); code == "26000" {
+	if code := pgerr.Code(err); code == pgerr.InvalidStatementName {
 		return unsupported("a prepared statement vanished between statements on one connection (a pooler in transaction mode?): %w", err)
 	}
 	return unsupported("the server failed the PostgreSQL advisory-lock probe: %w", err)
