@@ -47,7 +47,7 @@ type Locker struct {
 
 	verified atomic.Bool
 	probeSem chan struct{} // one probe at a time; guards probeErr
-	probeErr error         // a definitive refusal (ErrUnsupported)
+	probeErr error         // a definitive refusal (sqlock.ErrUnsupported)
 }
 
 type config struct {
@@ -64,11 +64,11 @@ type Option func(*config) error
 // WithWaitTimeout bounds every acquisition: the wait for a pooled
 // connection and for the lock together (default DefaultWaitTimeout). A
 // context deadline that comes earlier wins. It must be positive (zero or
-// negative: ErrInvalidOption): no wait is unbounded; TryLock does not wait.
+// negative: [sqlock.ErrInvalidOption]): no wait is unbounded; TryLock does not wait.
 func WithWaitTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: wait timeout %v must be positive", ErrInvalidOption, d)
+			return invalidOption("wait timeout %v must be positive", d)
 		}
 		c.wait = d
 		return nil
@@ -85,7 +85,7 @@ func WithWaitTimeout(d time.Duration) Option {
 func WithKeepalive(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: keepalive interval %v must be positive", ErrInvalidOption, d)
+			return invalidOption("keepalive interval %v must be positive", d)
 		}
 		c.keepalive = d
 		return nil
@@ -99,7 +99,7 @@ func WithKeepalive(d time.Duration) Option {
 func WithUnlockTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: unlock timeout %v must be positive", ErrInvalidOption, d)
+			return invalidOption("unlock timeout %v must be positive", d)
 		}
 		c.unlockTimeout = d
 		return nil
@@ -140,7 +140,7 @@ func WithLogger(l *slog.Logger) Option {
 // once plus the other work.
 //
 // New does not fail: a nil db or an invalid option is reported, as an
-// error matching ErrNilHandle or ErrInvalidOption, by every method.
+// error matching [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by every method.
 func New(db *sql.DB, opts ...Option) *Locker {
 	var b backend
 	if db != nil {
@@ -171,7 +171,7 @@ func newLocker(b backend, opts []Option) *Locker {
 		probeSem: make(chan struct{}, 1),
 	}
 	if b == nil {
-		l.err = &Error{Op: "new", Err: ErrNilHandle}
+		l.err = &Error{Op: "new", Err: errNilHandle}
 		return l
 	}
 	for _, o := range opts {
@@ -179,7 +179,7 @@ func newLocker(b backend, opts []Option) *Locker {
 			continue
 		}
 		if err := o(&l.cfg); err != nil {
-			l.err = &Error{Op: "new", Cause: err}
+			l.err = &Error{Op: "new", Err: err}
 			return l
 		}
 	}
@@ -192,7 +192,7 @@ func newLocker(b backend, opts []Option) *Locker {
 // PostgreSQL whose hashtext and hashtextextended agree with package hash,
 // and a connection that keeps one server session (not PgBouncer in
 // transaction mode). The first acquisition does the same; call Verify to
-// fail fast at start-up. A refusal (ErrUnsupported) is remembered; a
+// fail fast at start-up. A refusal ([sqlock.ErrUnsupported]) is remembered; a
 // failure to connect is not.
 func (l *Locker) Verify(ctx context.Context) error {
 	if l.err != nil {
@@ -208,7 +208,7 @@ func (l *Locker) Verify(ctx context.Context) error {
 // until ctx ends. The wait happens inside PostgreSQL, in its fair queue and
 // visible to its deadlock detector. Errors: ErrTimeout (the wait ran out),
 // ErrDeadlock, a context error, ErrAlreadyHeld, ErrUnavailable,
-// ErrUnsupported, ErrInvalidKey.
+// [sqlock.ErrUnsupported], ErrInvalidKey.
 //
 // A nil error means the lock is held and must be released with Unlock. If
 // ctx ends just as the lock is granted, Lock releases it and returns the
@@ -255,7 +255,7 @@ func (l *Locker) DoShared(ctx context.Context, key Key, fn func(ctx context.Cont
 
 func (l *Locker) do(ctx context.Context, op string, key Key, shared bool, fn func(context.Context) error) error {
 	if fn == nil {
-		return &Error{Op: "do", Key: key, Err: ErrNilFunc}
+		return &Error{Op: "do", Key: key, Err: errNilFunc}
 	}
 	lk, err := l.acquire(ctx, op, key, shared, false)
 	if err != nil {

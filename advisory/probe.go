@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/hash"
 	"github.com/sqlock/sqlock/internal/pgerr"
 )
@@ -36,7 +37,7 @@ func (l *Locker) verify(ctx context.Context) error {
 		l.verified.Store(true)
 		return nil
 	}
-	if errors.Is(err, ErrUnsupported) {
+	if errors.Is(err, sqlock.ErrUnsupported) {
 		l.probeErr = err
 		l.cfg.log.Error("advisory: server refused for session locks", "error", err)
 	}
@@ -49,7 +50,7 @@ const probeText = "sqlock advisory probe: hashtext vs hash.Text"
 const probeGUC = "sqlock.probe"
 
 func unsupported(format string, args ...any) error {
-	return &Error{Op: "verify", Err: ErrUnsupported, Cause: fmt.Errorf(format, args...)}
+	return &Error{Op: "verify", Err: errUnsupported, Cause: fmt.Errorf(format, args...)}
 }
 
 // probeFailed classifies an error of a probe statement: connection trouble
