@@ -129,7 +129,7 @@
 // The first acquisition of a Locker (or Verify) probes the server once: it
 // must be PostgreSQL (CockroachDB's advisory-lock functions are no-op stubs;
 // other engines do not have them), its hashtext and hashtextextended must
-// agree with package hash, and a connection must keep one server session. A
+// agree with package pghash, and a connection must keep one server session. A
 // pooler in transaction or statement mode (PgBouncer's pool_mode =
 // transaction) moves a client between server backends between
 // transactions, so a session lock would stay behind on a backend other

@@ -189,7 +189,7 @@ func newLocker(b backend, opts []Option) *Locker {
 }
 
 // Verify checks the Locker's configuration and the server once: real
-// PostgreSQL whose hashtext and hashtextextended agree with package hash,
+// PostgreSQL whose hashtext and hashtextextended agree with package pghash,
 // and a connection that keeps one server session (not PgBouncer in
 // transaction mode). The first acquisition does the same; call Verify to
 // fail fast at start-up. A refusal ([sqlock.ErrUnsupported]) is remembered; a
