@@ -113,17 +113,20 @@ func WithUnlockTimeout(d time.Duration) Option {
 // panics, the lock of the call (and its connection) is released before the
 // panic goes on; a panic on a loss, in the check's goroutine, ends the
 // program as any goroutine's panic does (the connection is already
-// closed).
+// closed). Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
-		c.obs = observe.OrNop(o)
+		c.obs = observe.Multi(c.obs, o)
 		return nil
 	}
 }
 
-// WithLogger logs what a caller may not see otherwise: connections closed
+// WithLogger logs what a caller cannot see otherwise: connections closed
 // because their state was in doubt, lost locks, a refused server. The
-// default logs nothing.
+// default logs nothing. It is not an observer: for every acquisition and
+// release, use WithObserver([observe.Slog](l)). A later WithLogger replaces
+// an earlier one; a nil l logs nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

@@ -167,8 +167,9 @@
 // function that re-reads the row and writes again. WithProbe adds one SELECT
 // after a conflict (never before) to tell a row that is gone
 // (StaleError.State == versioned.RowGone) from one that changed (RowChanged,
-// with StaleError.Current). WithObserver and WithLogger report every stale
-// write as an observe.Stale event with Source "gormplugin".
+// with StaleError.Current). WithObserver reports every stale write as an
+// observe.Stale event with Source "gormplugin" (WithObserver(observe.Slog(l))
+// logs them).
 //
 // # Cost
 //

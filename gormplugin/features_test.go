@@ -624,10 +624,10 @@ func TestUserSetAndReturning(t *testing.T) {
 	})
 }
 
-func TestWithLogger(t *testing.T) {
+func TestWithObserverSlogLogsStaleWrites(t *testing.T) {
 	var buf syncBuffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	db := openSQLite(t, gormplugin.WithLogger(l))
+	db := openSQLite(t, gormplugin.WithObserver(observe.Slog(l)))
 	must(t, db.AutoMigrate(&Order{}))
 	o := Order{Status: "new"}
 	must(t, db.Create(&o).Error)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/observetest"
 )
 
 // TestInvalidOptionsRunNothing: a zero or negative limit, or a negative
@@ -67,5 +68,24 @@ func TestNilFunctionIsRefused(t *testing.T) {
 		if !errors.Is(err, sqlock.ErrNilHandle) {
 			t.Errorf("%s(nil): %v, want an error matching sqlock.ErrNilHandle", entry, err)
 		}
+	}
+}
+
+// TestWithObserverOptionsAddUp: several WithObserver options add up (a nil
+// one adds nothing), as in every sqlock package.
+func TestWithObserverOptionsAddUp(t *testing.T) {
+	var a, b observetest.Recorder
+	calls := 0
+	err := Do(context.Background(), func(context.Context) error {
+		if calls++; calls < 3 {
+			return stateErr(CodeSerializationFailure)
+		}
+		return nil
+	}, WithObserver(&a), WithObserver(nil), WithObserver(&b), WithBackoff(Constant(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(a.Events()), 2; got != want || len(b.Events()) != want {
+		t.Fatalf("the two observers saw %d and %d retries, want %d each", got, len(b.Events()), want)
 	}
 }

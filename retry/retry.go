@@ -215,9 +215,10 @@ func WithRand(r Rand) Option {
 }
 
 // WithObserver reports each retry (observe.Retry with the attempt, the
-// cause and the wait) to o.
+// cause and the wait) to o. Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return option(func(p *Policy) { p.observer = observe.OrNop(o) })
+	return option(func(p *Policy) { p.observer = observe.Multi(p.observer, o) })
 }
 
 // WithClassifier replaces the whole classification, Default included. The
