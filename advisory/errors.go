@@ -60,7 +60,7 @@ func invalidOption(format string, args ...any) error {
 type Error struct {
 	Op    string // "lock", "trylock", "rlock", "tryrlock", "unlock", "do", "verify", "new"
 	Key   Key    // the zero Key when not applicable
-	Err   error  // one of the Err* values above, or nil
+	Err   error  // one of the Err* values above, an error matching a sqlock sentinel, or nil
 	Cause error  // the underlying error (driver, server, context), or nil
 }
 
