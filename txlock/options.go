@@ -96,6 +96,8 @@ func WithoutRetry() Option {
 // and the wait, observe.LockRelease with the hold time; Source "txlock")
 // and retries (observe.Retry) to o. If o panics, the transaction is rolled
 // back (its locks and connection released) before the panic goes on.
+// Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return func(c *lockedtx.Config) { c.Observer = observe.OrNop(o) }
+	return func(c *lockedtx.Config) { c.Observer = observe.Multi(c.Observer, o) }
 }

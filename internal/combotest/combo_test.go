@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -297,10 +296,9 @@ func waitNoLocks(t *testing.T, admin *pgxpool.Pool) {
 
 // TestTimeoutOptionsShareOneMeaning: every timeout option of the library
 // takes a positive bound and nothing else. Zero and negative durations are
-// refused with an error matching the package's invalid-option sentinel
-// (sqlock.ErrInvalidOption for txlock, advisory.ErrInvalidOption for
-// advisory) before anything is sent — never read as "wait forever" or "the
-// default" — and a positive one is accepted.
+// refused with an error matching sqlock.ErrInvalidOption (txlock's
+// ErrInvalidOption wraps it) before anything is sent — never read as "wait
+// forever" or "the default" — and a positive one is accepted.
 func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
 	db := pgtest.New(t)
 	h := db.OpenSQL()
@@ -328,12 +326,8 @@ func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
 		for _, d := range []time.Duration{0, -time.Nanosecond, -time.Second} {
 			before := h.Stats().OpenConnections + int(pool.Stat().TotalConns())
 			err := use(d)
-			want := advisory.ErrInvalidOption
-			if strings.HasPrefix(name, "txlock.") {
-				want = sqlock.ErrInvalidOption
-			}
-			if !errors.Is(err, want) {
-				t.Errorf("%s(%v): %v, want an error matching %v", name, d, err, want)
+			if !errors.Is(err, sqlock.ErrInvalidOption) {
+				t.Errorf("%s(%v): %v, want an error matching sqlock.ErrInvalidOption", name, d, err)
 			}
 			if after := h.Stats().OpenConnections + int(pool.Stat().TotalConns()); after != before {
 				t.Errorf("%s(%v): a connection was opened for a refused option", name, d)

@@ -18,5 +18,6 @@
 //	attempt.go one attempt's state: its wait bound (from the caller's
 //	           deadline and the connection's estimates) and the statements
 //	           carrying it.
-//	errors.go  the errors txlock exports and how COMMIT errors are read.
+//	errors.go  the errors txlock exports (COMMIT errors are read by
+//	           internal/pgerr).
 package lockedtx

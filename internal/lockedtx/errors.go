@@ -2,19 +2,14 @@ package lockedtx
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/retry"
 )
 
 // The sentinels package txlock exports (txlock.ErrTimeout is ErrTimeout,
@@ -119,46 +114,6 @@ func (e *AmbiguousCommitError) Unwrap() error { return e.Err }
 // Permanent reports true: retry never runs a transaction again whose COMMIT
 // may have succeeded.
 func (e *AmbiguousCommitError) Permanent() bool { return true }
-
-const (
-	codeInvalidText   = "22P02"
-	codeQueryCanceled = "57014"
-)
-
-// pqErrInFailedTransaction is the text of lib/pq's ErrInFailedTransaction,
-// which its Commit returns, after rolling back, for a transaction a
-// statement had already aborted (matched by text so that txlock does not
-// import a second driver).
-const pqErrInFailedTransaction = "pq: could not complete operation in a failed transaction"
-
-// commitAmbiguous reports whether a COMMIT that returned err may have
-// committed. The outcome is known when the server answered with an error
-// (severity ERROR: PostgreSQL never reports ERROR for a transaction it
-// committed), when COMMIT was never sent, or when the transaction had
-// already ended or was aborted. Anything else — a broken connection, a
-// context that ended while COMMIT was in flight, a FATAL that ended the
-// session — is unknown.
-func commitAmbiguous(err error) bool {
-	switch {
-	case errors.Is(err, pgx.ErrTxCommitRollback), errors.Is(err, pgx.ErrTxClosed),
-		errors.Is(err, sql.ErrTxDone), err.Error() == pqErrInFailedTransaction:
-		return false
-	case pgconn.SafeToRetry(err): // nothing was sent
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		sev := pgErr.SeverityUnlocalized
-		if sev == "" {
-			sev = pgErr.Severity
-		}
-		return sev == "FATAL" || sev == "PANIC"
-	}
-	code := retry.SQLState(err)
-	// Other drivers: a SQLSTATE means the server answered, except for the
-	// classes it sends when it ends the session.
-	return code == "" || strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P")
-}
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

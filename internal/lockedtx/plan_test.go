@@ -1,18 +1,15 @@
 package lockedtx
 
 import (
-	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
@@ -132,47 +129,5 @@ func TestTransactionModes(t *testing.T) {
 	}
 	if _, ok := sqlIsolation(driver.IsolationLevel(sql.LevelLinearizable)); ok {
 		t.Error("linearizable accepted")
-	}
-}
-
-type sqlStateErr string
-
-func (e sqlStateErr) Error() string    { return "server says " + string(e) }
-func (e sqlStateErr) SQLState() string { return string(e) }
-
-type notSent struct{}
-
-func (notSent) Error() string     { return "not sent" }
-func (notSent) SafeToRetry() bool { return true }
-
-// Which COMMIT errors leave the outcome unknown.
-func TestCommitAmbiguous(t *testing.T) {
-	for _, tc := range []struct {
-		err       error
-		ambiguous bool
-	}{
-		{&pgconn.PgError{Severity: "ERROR", Code: "40001"}, false},
-		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "23505"}, false},
-		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: "ERROR", Code: "23503"}), false},
-		{&pgconn.PgError{Severity: "FATAL", Code: "57P01"}, true},
-		{&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "XX000"}, true},
-		{&pgconn.PgError{Severity: "PANIC", Code: "XX000"}, true},
-		{pgx.ErrTxCommitRollback, false},
-		{pgx.ErrTxClosed, false},
-		{sql.ErrTxDone, false},
-		{errors.New("pq: could not complete operation in a failed transaction"), false},
-		{notSent{}, false},
-		{sqlStateErr("40001"), false},
-		{sqlStateErr("08006"), true},
-		{sqlStateErr("57P01"), true},
-		{context.Canceled, true},
-		{context.DeadlineExceeded, true},
-		{io.ErrUnexpectedEOF, true},
-		{driver.ErrBadConn, true},
-		{errors.New("conn closed"), true},
-	} {
-		if got := commitAmbiguous(tc.err); got != tc.ambiguous {
-			t.Errorf("%v: ambiguous = %v, want %v", tc.err, got, tc.ambiguous)
-		}
 	}
 }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/holds"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
-	"github.com/sqlock/sqlock/retry"
 )
 
 // cleanupTimeout bounds a ROLLBACK sent after a failure. It runs on a
@@ -192,7 +192,7 @@ func (r *runner[T]) commit(t *txContext, a *Attempt, tx Tx, locked time.Time) er
 	if err == nil {
 		a.released(locked, ended)
 	}
-	if err != nil && commitAmbiguous(err) {
+	if err != nil && pgerr.CommitAmbiguous(err) {
 		err = &AmbiguousCommitError{Err: err}
 	}
 	r.released(a, locked, err)
@@ -250,8 +250,8 @@ func rollback(ctx context.Context, tx Tx) {
 func (r *runner[T]) lockFailed(a *Attempt, start time.Time, err error) error {
 	p, ctx := r.plan, a.ctx
 	wait := time.Since(start)
-	code := retry.SQLState(err)
-	if cerr := ctx.Err(); cerr != nil && (isContextErr(err) || code == codeQueryCanceled) {
+	code := pgerr.Code(err)
+	if cerr := ctx.Err(); cerr != nil && (isContextErr(err) || code == pgerr.QueryCanceled) {
 		// The caller's context ended the wait: say so, whatever the
 		// driver made of it (the transaction's context reports Canceled
 		// for a deadline; lib/pq reports the cancel request's 57014).
@@ -260,16 +260,16 @@ func (r *runner[T]) lockFailed(a *Attempt, start time.Time, err error) error {
 	ev := observe.Event{Kind: observe.LockAcquire, Attempt: a.n, Wait: wait, Err: err}
 	switch {
 	case p.tryOnce && (errors.Is(err, errHeldElsewhere) ||
-		code == codeInvalidText && strings.Contains(err.Error(), notAcquiredMarker)):
+		code == pgerr.InvalidTextRepr && strings.Contains(err.Error(), notAcquiredMarker)):
 		ev.Outcome = observe.Busy
 		err = &LockError{Keys: p.keys, Shared: p.shared, TryOnce: true, Wait: wait}
 	case errors.Is(err, errNoTime):
 		ev.Outcome = observe.Timeout
 		err = &LockError{Keys: p.keys, Shared: p.shared, Wait: wait, ByDeadline: true}
-	case code == retry.CodeLockNotAvailable:
+	case code == pgerr.LockNotAvailable:
 		ev.Outcome = observe.Timeout
 		err = &LockError{Keys: p.keys, Shared: p.shared, Timeout: a.timeout, Wait: wait, Err: err, ByDeadline: a.byDeadline}
-	case code == retry.CodeDeadlockDetected:
+	case code == pgerr.DeadlockDetected:
 		ev.Outcome = observe.Deadlock
 	case ctx.Err() != nil || isContextErr(err):
 		ev.Outcome = observe.Canceled
