@@ -3,6 +3,7 @@ package lockedtx
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,9 @@ type Attempt struct {
 	// caller's context has a deadline and the connection is a pgx one; nil
 	// otherwise (the bound then keeps a cold reserve back).
 	est *waitbound.Estimates
+	// fold is the state of the request to fold the locks into a
+	// database/sql BEGIN (see foldRequest in fold.go).
+	fold atomic.Int32
 }
 
 // Number is the 1-based attempt number.

@@ -50,7 +50,10 @@ func SQLBegin(db SQLDB) BeginFunc[*sql.Tx] {
 			})
 			conn, on = c, c
 		}
-		tx, folded, err := BeginSQL(ctx, a, on.BeginTx)
+		// BeginSQL, with on.BeginTx called directly (a method value would
+		// cost an allocation per transaction).
+		tx, err := on.BeginTx(a.foldRequest(ctx), a.cfg.SQLOpts)
+		folded := a.folded() && err == nil
 		if err != nil {
 			if conn != nil {
 				conn.Close()

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"strings"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -115,29 +114,32 @@ func abortBegin(ctx context.Context, conn *pgx.Conn) {
 // with the context and options it is given — and reports whether BEGIN
 // carried the locks: it does when the connection comes from WrapConnector.
 func BeginSQL[T any](ctx context.Context, a *Attempt, beginTx func(context.Context, *sql.TxOptions) (T, error)) (v T, folded bool, err error) {
-	req := &foldRequest{a: a}
-	v, err = beginTx(context.WithValue(ctx, foldRequestKey{}, req), a.cfg.SQLOpts)
-	// Closed, the request cannot be taken up by a later BeginTx on a
-	// context derived from this one (GORM keeps it in the transaction).
-	folded = req.state.Swap(foldClosed) == foldDone
-	return v, folded && err == nil, err
+	v, err = beginTx(a.foldRequest(ctx), a.cfg.SQLOpts)
+	return v, a.folded() && err == nil, err
 }
 
-// foldRequest asks the connection that begins one database/sql transaction
-// to send the attempt's locks with BEGIN; the connection records whether
-// it did. database/sql may try BEGIN on more than one connection (after
+// foldRequest returns ctx carrying a request to the connection that
+// begins a's database/sql transaction to send the locks with BEGIN; the
+// connection records in it whether it did, and folded reads the answer.
+// database/sql may try BEGIN on more than one connection (after
 // driver.ErrBadConn), one after the other: a connection takes the request
-// (foldOpen → foldTaken) and gives it back if it could not fold.
-type foldRequest struct {
-	a     *Attempt
-	state atomic.Int32
+// (foldOpen → foldTaken) and gives it back if it could not fold. The
+// request lives in the attempt (one BEGIN per attempt).
+func (a *Attempt) foldRequest(ctx context.Context) context.Context {
+	a.fold.Store(foldOpen)
+	return context.WithValue(ctx, foldRequestKey{}, a)
 }
+
+// folded closes a's request — so that a later BeginTx on a context derived
+// from it (GORM keeps it in the transaction) cannot take it up — and
+// reports whether a connection folded the locks into BEGIN.
+func (a *Attempt) folded() bool { return a.fold.Swap(foldClosed) == foldDone }
 
 const (
 	foldOpen   int32 = iota // no connection has folded the locks
 	foldTaken               // a connection is folding them
 	foldDone                // BEGIN carried the locks
-	foldClosed              // BeginSQL returned: the request is answered
+	foldClosed              // the request is answered
 )
 
 type foldRequestKey struct{}
@@ -169,32 +171,32 @@ type stdConn = stdlib.Conn
 type foldConn struct{ *stdConn }
 
 func (c *foldConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	req, _ := ctx.Value(foldRequestKey{}).(*foldRequest)
-	if req == nil {
+	a, _ := ctx.Value(foldRequestKey{}).(*Attempt)
+	if a == nil {
 		return c.stdConn.BeginTx(ctx, opts)
 	}
 	iso, ok := sqlIsolation(opts.Isolation)
-	if !ok || !req.state.CompareAndSwap(foldOpen, foldTaken) {
+	if !ok || !a.fold.CompareAndSwap(foldOpen, foldTaken) {
 		return c.stdConn.BeginTx(ctx, opts) // the driver's own error for an unknown level
 	}
 	conn := c.Conn()
 	if conn.IsClosed() {
-		req.state.Store(foldOpen)
+		a.fold.Store(foldOpen)
 		return nil, driver.ErrBadConn
 	}
 	access := ""
 	if opts.ReadOnly {
 		access = "READ ONLY"
 	}
-	tx, err := beginBatch(ctx, conn, req.a, keywordOptions(iso, access, "", ""))
+	tx, err := beginBatch(ctx, conn, a, keywordOptions(iso, access, "", ""))
 	if err != nil {
-		req.state.Store(foldOpen)
+		a.fold.Store(foldOpen)
 		if pgconn.SafeToRetry(err) {
 			return nil, driver.ErrBadConn // nothing was sent: database/sql may try another connection
 		}
 		return nil, err
 	}
-	req.state.Store(foldDone)
+	a.fold.Store(foldDone)
 	return foldTx{ctx, tx}, nil
 }
 
