@@ -33,6 +33,8 @@ type Manager struct {
 	ntf  *notifier // nil when polling
 
 	rtt atomic.Int64 // smoothed round trip of acquire and renew, in ns
+
+	onPause func() // tests: called when a waiter begins a pause
 }
 
 // New returns a Manager on db, a *sql.DB (any PostgreSQL driver) or a
@@ -191,6 +193,9 @@ func (m *Manager) pause(ctx context.Context, sub *subscription, remaining int64)
 		// Expired but not ours (someone was quicker), or not visible yet:
 		// a fresh holder's row is being written.
 		d = min(d, retrySoon/2+rand.N(retrySoon))
+	}
+	if m.onPause != nil {
+		m.onPause()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

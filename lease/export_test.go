@@ -1,0 +1,6 @@
+package lease
+
+// OnPause makes m call f whenever a waiter begins a pause between tries
+// (after a failed try, listening if it listens): tests use it to know that
+// a waiter waits.
+func OnPause(m *Manager, f func()) { m.onPause = f }
