@@ -15,8 +15,8 @@ import (
 	"github.com/sqlock/sqlock/internal/errs"
 )
 
-// MinTTL is the shortest TTL a lease may have. A TTL must also be at least
-// ttlRoundTrips times the round trip this Manager has measured.
+// MinTTL is the shortest TTL a lease may have. A TTL must also span at
+// least 8 of the fastest round trips this Manager has measured.
 const MinTTL = 10 * time.Millisecond
 
 // ttlRoundTrips is how many of the Manager's measured round trips a TTL
@@ -32,7 +32,7 @@ type Manager struct {
 	stmt statements
 	ntf  *notifier // nil when polling
 
-	rtt atomic.Int64 // smoothed round trip of acquire and renew, in ns
+	rtt atomic.Int64 // fastest round trip of acquire and renew seen, in ns
 
 	onPause func() // tests: called when a waiter begins a pause
 }
@@ -217,13 +217,16 @@ func (m *Manager) pause(ctx context.Context, sub *subscription, remaining int64)
 // WithPolling did not set one.
 const defaultPoll = 50 * time.Millisecond
 
+// observeRTT keeps the fastest round trip seen: a lower bound of what a
+// round trip costs, which load (pool waits, row-lock waits, a busy CPU)
+// never raises, so a TTL valid once stays valid.
 func (m *Manager) observeRTT(d time.Duration) {
-	old := m.rtt.Load()
-	if old == 0 {
-		m.rtt.Store(int64(d))
-		return
+	for {
+		old := m.rtt.Load()
+		if old != 0 && old <= int64(d) || m.rtt.CompareAndSwap(old, int64(d)) {
+			return
+		}
 	}
-	m.rtt.Store(old + (int64(d)-old)/8) // racy updates lose a sample at worst
 }
 
 // check refuses bad input before anything is sent.
@@ -239,7 +242,7 @@ func (m *Manager) check(name string, ttl time.Duration) error {
 		return fmt.Errorf("TTL %v is shorter than %v", ttl, MinTTL)
 	}
 	if rtt := time.Duration(m.rtt.Load()); ttl < ttlRoundTrips*rtt {
-		return fmt.Errorf("TTL %v is shorter than %d round trips (%v each, measured)", ttl, ttlRoundTrips, rtt)
+		return fmt.Errorf("TTL %v is shorter than %d round trips (at least %v each, measured)", ttl, ttlRoundTrips, rtt)
 	}
 	return nil
 }
