@@ -183,3 +183,66 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestGuardAbortsTheTransactionEvenIfItsErrorIsIgnored(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	db.Exec(`CREATE TABLE writes (token bigint, who text)`)
+	conn := admin(t, db)
+	ctx := context.Background()
+	m := lease.New(db.Pool())
+	l := must[*lease.Lease](t)(m.Acquire(ctx, "careless", 5*time.Second))
+	defer l.Release(ctx)
+	expireOnServer(t, conn, "careless")
+	taker := must[*lease.Lease](t)(m.TryAcquire(ctx, "careless", 5*time.Second))
+	defer taker.Release(ctx)
+	h := openSQL(t, "pgx", db.DSN)
+	tx := must[*sql.Tx](t)(h.BeginTx(ctx, nil))
+	defer tx.Rollback()
+	_ = l.Guard(ctx, tx) // ignored, as a careless caller would
+	tx.ExecContext(ctx, `INSERT INTO writes VALUES ($1, 'careless')`, l.Token())
+	if err := tx.Commit(); err == nil {
+		t.Fatal("the transaction committed after a failed guard")
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM writes`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d writes landed, %v", n, err)
+	}
+}
+
+func TestQueueGuardFencesABatchWithoutARoundTripOfItsOwn(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	db.Exec(`CREATE TABLE writes (token bigint, who text)`)
+	conn := admin(t, db)
+	ctx := context.Background()
+	pool := db.Pool()
+	m := lease.New(pool)
+	l := must[*lease.Lease](t)(m.Acquire(ctx, "batch", 5*time.Second))
+	defer l.Release(ctx)
+	write := func(who string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			l.QueueGuard(b)
+			b.Queue(`INSERT INTO writes VALUES ($1, $2)`, l.Token(), who)
+			return tx.SendBatch(ctx, b).Close()
+		})
+	}
+	if err := write("held"); err != nil {
+		t.Fatal(err)
+	}
+	expireOnServer(t, conn, "batch")
+	taker := must[*lease.Lease](t)(m.TryAcquire(ctx, "batch", 5*time.Second))
+	defer taker.Release(ctx)
+	if err := write("stale"); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("batch after takeover: %v, want ErrLost", err)
+	}
+	if err := write("after loss"); !errors.Is(err, lease.ErrLost) { // refused locally now
+		t.Fatalf("batch after loss: %v, want ErrLost", err)
+	}
+	var held, stale int
+	conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE who = 'held'), count(*) FILTER (WHERE who <> 'held') FROM writes`).Scan(&held, &stale)
+	if held != 1 || stale != 0 {
+		t.Fatalf("%d held writes, %d stale writes", held, stale)
+	}
+}

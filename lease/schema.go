@@ -101,6 +101,10 @@ func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
 	return nil
 }
 
+// guardMarker is in the error the guard statement raises when the lease
+// is not the holder's (the number after it is the rows found, 0).
+const guardMarker = "sqlock lease lost: matching rows "
+
 // statements are the four statements of a Manager, built once for its
 // table. Each is one statement and one round trip; every time in them is
 // the server's clock_timestamp(); every owner check is in the WHERE.
@@ -144,8 +148,14 @@ WHERE name = $1 AND owner = $2::uuid AND expires_at > clock_timestamp() RETURNIN
 SELECT 1 FROM r, pg_notify(%s, r.name)`, tb, lit(t.channel())),
 		// FOR KEY SHARE: token is a key column (UNIQUE), so a takeover,
 		// which changes it, waits for this transaction; a renewal, which
-		// changes only expires_at, does not.
-		guard: fmt.Sprintf(`SELECT token FROM %s
-WHERE name = $1 AND owner = $2::uuid AND expires_at > clock_timestamp() FOR KEY SHARE`, tb),
+		// changes only expires_at, does not. If the lease is not this
+		// holder's, the statement fails (a cast error carrying
+		// guardMarker), which aborts the transaction on the server: its
+		// writes cannot commit even if the caller ignores the error, and in
+		// a pipeline the statements queued after it do not run.
+		guard: fmt.Sprintf(`SELECT CASE WHEN count(*) = 1 THEN min(token)
+  ELSE (%s || count(*))::bigint END
+FROM (SELECT token FROM %s
+  WHERE name = $1 AND owner = $2::uuid AND expires_at > clock_timestamp() FOR KEY SHARE) g`, lit(guardMarker), tb),
 	}
 }
