@@ -38,26 +38,29 @@ type Lease struct {
 	lostCtx context.Context // cancelled with lostErr
 	lose    context.CancelCauseFunc
 
-	stopBeat context.CancelFunc // ends the heartbeat (Release)
-	beatDone chan struct{}
+	// The heartbeat is a timer whose function renews, so that no goroutine
+	// exists between renewals (and none at all for a lease released before
+	// its first renewal is due).
+	beat     *time.Timer
+	beating  chan struct{}      // closed when the running renewal ends; nil if none runs
+	beatCtx  context.Context    // cancelled by Release: ends a renewal in flight
+	stopBeat context.CancelFunc //
 
 	relMu sync.Mutex // serialises Release
 }
 
 func (m *Manager) newLease(name, owner string, token int64, ttl time.Duration, sent time.Time) *Lease {
-	l := &Lease{m: m, name: name, owner: owner, token: token, ttl: ttl, acquired: sent,
-		beatDone: make(chan struct{})}
+	l := &Lease{m: m, name: name, owner: owner, token: token, ttl: ttl, acquired: sent}
 	if m.cfg.maxHold > 0 {
 		l.capEnd = sent.Add(m.cfg.maxHold)
 	}
 	l.lostCtx, l.lose = context.WithCancelCause(context.Background())
-	l.mu.Lock() // expire may run before AfterFunc returns
+	l.beatCtx, l.stopBeat = context.WithCancel(context.Background())
+	l.mu.Lock() // the timers' functions may run before AfterFunc returns
 	l.validUntil = l.until(sent)
 	l.timer = time.AfterFunc(time.Until(l.validUntil), l.expire)
+	l.beat = time.AfterFunc(time.Until(sent.Add(l.ttl/3)), l.heartbeat)
 	l.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	l.stopBeat = cancel
-	go l.heartbeat(ctx)
 	return l
 }
 
@@ -147,6 +150,7 @@ func (l *Lease) markLost(cause error) {
 	}
 	l.lostErr = &Error{Op: "hold", Name: l.name, Err: ErrLost, Cause: cause}
 	l.timer.Stop()
+	l.beat.Stop()
 	l.lose(l.lostErr)
 }
 
@@ -198,25 +202,37 @@ const (
 	retryMax = 250 * time.Millisecond
 )
 
-// heartbeat renews the lease every ttl/3 until Release or loss.
-func (l *Lease) heartbeat(ctx context.Context) {
-	defer close(l.beatDone)
-	every := l.ttl / 3
-	next := l.acquired.Add(every)
-	for {
-		if !l.sleepUntil(ctx, next) {
-			return
-		}
-		validUntil, lost := l.state()
-		if lost || (!l.capEnd.IsZero() && !validUntil.Before(l.capEnd)) {
-			return // lost, or the cap is reached: Lost fires at validUntil
-		}
-		sent, ok := l.renew(ctx)
-		if !ok {
-			return
-		}
-		next = sent.Add(every)
+// heartbeat is the renewal timer's function: it renews (retrying
+// transient failures) and sets the timer for the next renewal, ttl/3 after
+// this one was sent.
+func (l *Lease) heartbeat() {
+	l.mu.Lock()
+	if l.released || l.lostErr != nil {
+		l.mu.Unlock()
+		return
 	}
+	done := make(chan struct{})
+	l.beating = done
+	capped := !l.capEnd.IsZero() && !l.validUntil.Before(l.capEnd)
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.beating = nil
+		l.mu.Unlock()
+		close(done)
+	}()
+	if capped {
+		return // the cap is reached: Lost fires at validUntil
+	}
+	sent, ok := l.renew(l.beatCtx)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	if !l.released && l.lostErr == nil {
+		l.beat.Reset(time.Until(sent.Add(l.ttl / 3)))
+	}
+	l.mu.Unlock()
 }
 
 // renew renews once, retrying transient failures while the lease is
@@ -294,9 +310,16 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.released = true
 	l.timer.Stop()
+	l.beat.Stop()
+	beating := l.beating
 	l.mu.Unlock()
+	// A renewal in flight is cancelled, and waited for after the release
+	// is sent: if it reaches the server after the release it matches no
+	// row, which changes nothing.
 	l.stopBeat()
-	<-l.beatDone
+	if beating != nil {
+		defer func() { <-beating }()
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
