@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -17,7 +16,7 @@ import (
 
 // countingPool is a one-connection pgx pool that counts the writes its
 // connection makes to the server: with pgx, one write per round trip.
-func countingPool(b *testing.B, db *pgtest.DB) (*pgxpool.Pool, *atomic.Int64) {
+func countingPool(tb testing.TB, db *pgtest.DB) (*pgxpool.Pool, *atomic.Int64) {
 	var writes atomic.Int64
 	pool := db.OpenPool(func(c *pgxpool.Config) {
 		c.MaxConns, c.MinConns = 1, 1
@@ -172,5 +171,3 @@ func BenchmarkWakeAfterRelease(b *testing.B) {
 		})
 	}
 }
-
-var _ = fmt.Sprint

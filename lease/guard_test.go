@@ -210,7 +210,7 @@ func TestGuardAbortsTheTransactionEvenIfItsErrorIsIgnored(t *testing.T) {
 	}
 }
 
-func TestQueueGuardFencesABatchWithoutARoundTripOfItsOwn(t *testing.T) {
+func TestQueueGuardFencesABatch(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)
 	db.Exec(`CREATE TABLE writes (token bigint, who text)`)
