@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/lease"
@@ -67,8 +68,8 @@ func childManager() (m *lease.Manager, db *sql.DB, pool *pgxpool.Pool, err error
 // sections on LEASE_KEYS lease names (TTL 500 ms, random hold times). A
 // section enters by marking its key's row as held by itself, only if no one
 // holds it and the row's last token is smaller than its own (a guarded
-// transaction), and leaves by clearing the mark (only if it is still its
-// own) and counting itself. An overlap, or a token smaller than an earlier
+// transaction: QueueGuard on pgx, Guard on database/sql), and leaves by
+// clearing the mark (only if it is still its own) and counting itself. An overlap, or a token smaller than an earlier
 // holder's, makes an enter or exit match no row.
 func exclusionChild() int {
 	m, db, pool, err := childManager()
@@ -104,33 +105,49 @@ func exclusionChild() int {
 			firstErr = err
 		}
 	}
-	exec := func(f func(guard func(*lease.Lease) error, q func(string, ...any) (int64, error)) error) error {
+	// guarded runs one statement in a transaction guarded by l: through
+	// QueueGuard in one batch on pgx, through Guard on database/sql.
+	guarded := func(l *lease.Lease, q string, args ...any) (rows int64, err error) {
 		if pool != nil {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return f(func(l *lease.Lease) error { return l.Guard(ctx, tx) },
-					func(s string, a ...any) (int64, error) {
-						t, err := tx.Exec(ctx, s, a...)
-						return t.RowsAffected(), err
-					})
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				b := &pgx.Batch{}
+				l.QueueGuard(b)
+				b.Queue(q, args...).Exec(func(t pgconn.CommandTag) error {
+					rows = t.RowsAffected()
+					return nil
+				})
+				return tx.SendBatch(ctx, b).Close()
 			})
+			return rows, err
 		}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		defer tx.Rollback()
-		err = f(func(l *lease.Lease) error { return l.Guard(ctx, tx) },
-			func(s string, a ...any) (int64, error) {
-				r, err := tx.ExecContext(ctx, s, a...)
-				if err != nil {
-					return 0, err
-				}
-				return r.RowsAffected()
-			})
-		if err != nil {
-			return err
+		if err := l.Guard(ctx, tx); err != nil {
+			return 0, err
 		}
-		return tx.Commit()
+		r, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		if rows, err = r.RowsAffected(); err != nil {
+			return 0, err
+		}
+		return rows, tx.Commit()
+	}
+	// plain runs one statement on its own.
+	plain := func(q string, args ...any) (int64, error) {
+		if pool != nil {
+			t, err := pool.Exec(ctx, q, args...)
+			return t.RowsAffected(), err
+		}
+		r, err := db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return r.RowsAffected()
 	}
 	var wg sync.WaitGroup
 	for g := range goroutines {
@@ -145,25 +162,16 @@ func exclusionChild() int {
 					fail(false, err)
 					continue
 				}
-				err = exec(func(guard func(*lease.Lease) error, q func(string, ...any) (int64, error)) error {
-					if err := guard(l); err != nil {
-						return err
-					}
-					rows, err := q(`UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, l.Token(), k)
-					if err == nil && rows != 1 {
-						return errOverlap
-					}
-					return err
-				})
+				rows, err := guarded(l, `UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, l.Token(), k)
+				if err == nil && rows != 1 {
+					err = errOverlap
+				}
 				if err == nil {
 					time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond) // the work
-					err = exec(func(guard func(*lease.Lease) error, q func(string, ...any) (int64, error)) error {
-						rows, err := q(`UPDATE excl SET holder = NULL, n = n + 1 WHERE k = $1 AND holder = $2`, k, me)
-						if err == nil && rows != 1 {
-							return errOverlap
-						}
-						return err
-					})
+					rows, err = plain(`UPDATE excl SET holder = NULL, n = n + 1 WHERE k = $1 AND holder = $2`, k, me)
+					if err == nil && rows != 1 {
+						err = errOverlap
+					}
 				}
 				rerr := l.Release(ctx)
 				if errors.Is(rerr, lease.ErrNotHeld) && !time.Now().Before(l.Deadline()) {

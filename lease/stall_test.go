@@ -37,7 +37,7 @@ func TestRenewalRidesOutAStallShorterThanAThirdOfTheTTL(t *testing.T) {
 	ttl := max(600*time.Millisecond, 60*db.Latency())
 	l := must[*lease.Lease](t)(m.Acquire(ctx, "stalled", ttl))
 	defer l.Release(ctx)
-	end := time.Now().Add(6 * ttl)
+	end := time.Now().Add(4 * ttl)
 	stalls := 0
 	for time.Now().Before(end) {
 		stall(t, conn, ttl/3-ttl/20)
