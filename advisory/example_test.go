@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 )
 
@@ -27,7 +28,7 @@ func ExampleNew() {
 		advisory.WithKeepalive(time.Second),     // how soon a lost lock is noticed
 	)
 	switch err := l.Verify(context.Background()); {
-	case errors.Is(err, advisory.ErrUnsupported):
+	case errors.Is(err, sqlock.ErrUnsupported):
 		log.Fatal("no session locks here (CockroachDB? PgBouncer in transaction mode?): ", err)
 	case err != nil:
 		log.Fatal(err)

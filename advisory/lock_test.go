@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -446,8 +447,8 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("Do(%v): %v, want ErrInvalidKey", k, err)
 		}
 	}
-	if err := l.Do(ctx, advisory.KeyInt(1), nil); !errors.Is(err, advisory.ErrNilFunc) {
-		t.Errorf("Do with a nil function: %v, want ErrNilFunc", err)
+	if err := l.Do(ctx, advisory.KeyInt(1), nil); !errors.Is(err, sqlock.ErrNilHandle) {
+		t.Errorf("Do with a nil function: %v, want ErrNilHandle", err)
 	}
 	if n := sdb.Stats().OpenConnections; n != 0 {
 		t.Errorf("bad input opened %d connections; it must change nothing", n)
@@ -457,13 +458,13 @@ func TestBadInput(t *testing.T) {
 		"New(nil)":     advisory.New(nil),
 		"NewPool(nil)": advisory.NewPool(nil),
 	} {
-		if _, err := l.Lock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrNilHandle) {
+		if _, err := l.Lock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrNilHandle) {
 			t.Errorf("%s: Lock: %v, want ErrNilHandle", name, err)
 		}
-		if err := l.Do(ctx, advisory.KeyInt(1), func(context.Context) error { return nil }); !errors.Is(err, advisory.ErrNilHandle) {
+		if err := l.Do(ctx, advisory.KeyInt(1), func(context.Context) error { return nil }); !errors.Is(err, sqlock.ErrNilHandle) {
 			t.Errorf("%s: Do: %v, want ErrNilHandle", name, err)
 		}
-		if err := l.Verify(ctx); !errors.Is(err, advisory.ErrNilHandle) {
+		if err := l.Verify(ctx); !errors.Is(err, sqlock.ErrNilHandle) {
 			t.Errorf("%s: Verify: %v, want ErrNilHandle", name, err)
 		}
 	}
@@ -476,7 +477,7 @@ func TestBadInput(t *testing.T) {
 		"WithKeepalive(-1)":     advisory.WithKeepalive(-1),
 	} {
 		l := advisory.New(sdb, opt)
-		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrInvalidOption) {
+		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrInvalidOption) {
 			t.Errorf("%s: TryLock: %v, want ErrInvalidOption", name, err)
 		}
 	}

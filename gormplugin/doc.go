@@ -87,7 +87,7 @@
 // each write is checked by the version the struct has when it runs.
 //
 // Model(&slice) updates and deletes of a non-empty slice of versioned rows
-// fail with *UnsupportedError (ErrUnsupported) — one statement cannot check
+// fail with *UnsupportedError ([sqlock.ErrUnsupported]) — one statement cannot check
 // several versions — as do ON CONFLICT upserts that update every column
 // (Save of a slice, Clauses(clause.OnConflict{UpdateAll: true})), which
 // would overwrite newer rows unchecked. Write rows one at a time. Empty
@@ -167,8 +167,9 @@
 // function that re-reads the row and writes again. WithProbe adds one SELECT
 // after a conflict (never before) to tell a row that is gone
 // (StaleError.State == versioned.RowGone) from one that changed (RowChanged,
-// with StaleError.Current). WithObserver and WithLogger report every stale
-// write as an observe.Stale event with Source "gormplugin".
+// with StaleError.Current). WithObserver reports every stale write as an
+// observe.Stale event with Source "gormplugin" (WithObserver(observe.Slog(l))
+// logs them).
 //
 // # Cost
 //

@@ -12,6 +12,7 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -217,7 +218,7 @@ func TestTransactionRefusesSQLite(t *testing.T) {
 		return nil
 	})
 	var ue *gormplugin.UnsupportedError
-	if !errors.Is(err, gormplugin.ErrUnsupported) || !errors.As(err, &ue) || called {
+	if !errors.Is(err, sqlock.ErrUnsupported) || !errors.As(err, &ue) || called {
 		t.Fatalf("error %v (fn called: %v), want *UnsupportedError", err, called)
 	}
 	t.Log(err)

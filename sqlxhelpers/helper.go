@@ -45,8 +45,10 @@ func WithBindType(bindType int) Option {
 
 // WithObserver reports each stale write (observe.Stale, reported through
 // versioned.Guard, so Source "versioned") to o. The default does nothing.
+// Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) { c.observer = observe.OrNop(o) }
+	return func(c *config) { c.observer = observe.Multi(c.observer, o) }
 }
 
 // WithCacheSize bounds how many rewritten statements (and, separately, how

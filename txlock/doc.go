@@ -117,7 +117,7 @@
 //
 // A timeout means one thing across sqlock: a positive bound. Zero and
 // negative durations are refused — the call returns an error matching
-// ErrInvalidOption (and advisory.ErrInvalidOption) and sends nothing —
+// ErrInvalidOption (and sqlock.ErrInvalidOption) and sends nothing —
 // never read as "wait forever" or "the default". Not to wait at all, use
 // TryOnce.
 //

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 )
 
@@ -22,8 +23,8 @@ var (
 	ErrNoKeys = errors.New("txlock: no lock keys")
 	// ErrInvalidOption is matched by the error for an option out of range,
 	// such as a timeout that is not positive. It also matches
-	// advisory.ErrInvalidOption: one meaning for the library's options.
-	ErrInvalidOption = fmt.Errorf("txlock: invalid option: %w", advisory.ErrInvalidOption)
+	// sqlock.ErrInvalidOption: one meaning for the library's options.
+	ErrInvalidOption = fmt.Errorf("txlock: invalid option: %w", sqlock.ErrInvalidOption)
 )
 
 // Errors about the locks and the outcome of a transaction.

@@ -152,7 +152,8 @@ func WithoutRetry() Option { return WithRetryPolicy(nil) }
 // and the wait, observe.LockRelease with the hold time; Source "txlock")
 // and, unless WithRetryPolicy is given, retries (observe.Retry) to o. If o
 // panics, the transaction is rolled back (its locks and connection
-// released) before the panic goes on.
+// released) before the panic goes on. Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) { c.observer = observe.OrNop(o) }
+	return func(c *config) { c.observer = observe.Multi(c.observer, o) }
 }

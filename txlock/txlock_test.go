@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -86,7 +87,7 @@ func TestBadInput(t *testing.T) {
 		// A timeout must be positive, as every timeout option of the
 		// library: zero and negative are refused, never "wait forever".
 		{"sql zero timeout", txlock.ErrInvalidOption, func() error { return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(0)) }},
-		{"sql negative timeout", advisory.ErrInvalidOption, func() error {
+		{"sql negative timeout", sqlock.ErrInvalidOption, func() error {
 			return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(-time.Second))
 		}},
 		{"pgx zero timeout", txlock.ErrInvalidOption, func() error { return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(0)) }},
