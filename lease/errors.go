@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // Errors. Every error this package returns is an *Error matching one of
@@ -79,21 +81,11 @@ func quoteName(s string) string {
 	return `"` + s + `"`
 }
 
-// sqlState returns the SQLSTATE of a server error from pgx, lib/pq or any
-// driver whose errors have a SQLState method; "" otherwise.
-func sqlState(err error) string {
-	var s interface{ SQLState() string }
-	if errors.As(err, &s) {
-		return s.SQLState()
-	}
-	return ""
-}
-
 // permanent reports whether a renewal error will not go away by trying
 // again: the statement itself is wrong for this database (the table was
 // dropped, a privilege revoked, a constraint broken).
 func permanent(err error) bool {
-	switch code := sqlState(err); {
+	switch code := pgerr.Code(err); {
 	case len(code) < 2:
 		return false
 	default:

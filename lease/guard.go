@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // sqlTx is a database/sql transaction, or a wrapper that runs its queries
@@ -72,7 +73,7 @@ func (l *Lease) guardResult(err error) error {
 	if err == nil {
 		return nil
 	}
-	if sqlState(err) == "22P02" && strings.Contains(err.Error(), guardMarker) {
+	if pgerr.Code(err) == pgerr.InvalidTextRepr && strings.Contains(err.Error(), guardMarker) {
 		l.markLost(errors.New("a guard found the lease no longer this holder's on the server"))
 		return &Error{Op: "guard", Name: l.name, Err: ErrLost,
 			Cause: errors.New("the server no longer has the lease as this holder's (expired or taken over); the transaction is aborted")}
