@@ -23,7 +23,9 @@
 // the caller's own transaction, that the lease is still the holder's and
 // keeps it from being taken over until the transaction ends: the writes
 // commit only while the lease is held, or the transaction fails with
-// [ErrLost]. This is what stops a holder that was paused past its TTL.
+// [ErrLost] (aborted on the server). [Lease.QueueGuard] does the same in a
+// pgx batch, with no round trip of its own. This is what stops a holder
+// that was paused past its TTL.
 //
 // Waiters learn of a release through LISTEN/NOTIFY; behind PgBouncer in
 // transaction mode use [WithPolling]. docs/lease.md has the statements and
