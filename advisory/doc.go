@@ -21,7 +21,7 @@
 //   - Nothing leaks: a connection never carries a lock back into the pool; a
 //     lock granted but not handed over (a cancelled context, a panic) is
 //     released, or its connection closed, before the call returns.
-//   - Bounded waits inside PostgreSQL: at most [WithWaitTimeout] or the
+//   - Bounded waits inside PostgreSQL: at most [WithTimeout] or the
 //     context's deadline, with typed outcomes ([ErrTimeout], [ErrNotAcquired],
 //     [ErrDeadlock], context errors).
 //   - Loss is visible: a keepalive ([WithKeepalive]) closes [Lock.Lost] and

@@ -24,8 +24,8 @@ func ExampleNew() {
 	}
 	defer db.Close()
 	l := advisory.New(db,
-		advisory.WithWaitTimeout(2*time.Second), // the longest any acquisition waits
-		advisory.WithKeepalive(time.Second),     // how soon a lost lock is noticed
+		advisory.WithTimeout(2*time.Second), // the longest any acquisition waits
+		advisory.WithKeepalive(time.Second), // how soon a lost lock is noticed
 	)
 	switch err := l.Verify(context.Background()); {
 	case errors.Is(err, sqlock.ErrUnsupported):
@@ -45,7 +45,7 @@ func ExampleLocker_Do() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	l := advisory.New(db, advisory.WithWaitTimeout(3*time.Second))
+	l := advisory.New(db, advisory.WithTimeout(3*time.Second))
 
 	err = l.Do(context.Background(), advisory.KeyOf("payment:order-123"), func(ctx context.Context) error {
 		fmt.Println("charging order 123, alone")

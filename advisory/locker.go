@@ -20,7 +20,7 @@ import (
 
 // Defaults.
 const (
-	DefaultWaitTimeout   = 5 * time.Second
+	DefaultTimeout       = 5 * time.Second
 	DefaultKeepalive     = 2 * time.Second
 	DefaultUnlockTimeout = 3 * time.Second
 )
@@ -62,11 +62,11 @@ type config struct {
 // Option configures a Locker.
 type Option func(*config) error
 
-// WithWaitTimeout bounds every acquisition: the wait for a pooled
-// connection and for the lock together (default DefaultWaitTimeout). A
+// WithTimeout bounds every acquisition: the wait for a pooled
+// connection and for the lock together (default DefaultTimeout). A
 // context deadline that comes earlier wins. It must be positive (zero or
 // negative: [sqlock.ErrInvalidOption]): no wait is unbounded; TryLock does not wait.
-func WithWaitTimeout(d time.Duration) Option {
+func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return invalidOption("wait timeout %v must be positive", d)
@@ -166,7 +166,7 @@ func newLocker(b backend, opts []Option) *Locker {
 	l := &Locker{
 		b: b,
 		cfg: config{
-			wait:          DefaultWaitTimeout,
+			wait:          DefaultTimeout,
 			keepalive:     DefaultKeepalive,
 			unlockTimeout: DefaultUnlockTimeout,
 			obs:           observe.Nop{},

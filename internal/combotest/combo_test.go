@@ -104,7 +104,7 @@ func handles(t *testing.T, db *pgtest.DB) []handle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []advisory.Option{advisory.WithWaitTimeout(time.Minute)}
+	opts := []advisory.Option{advisory.WithTimeout(time.Minute)}
 	onSQLDB := func(name, driver string, h *sql.DB) handle {
 		t.Cleanup(func() { h.Close() })
 		h.SetMaxOpenConns(8)
@@ -306,8 +306,8 @@ func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
 	ctx := context.Background()
 	key := advisory.KeyOf("timeout-meaning")
 	uses := map[string]func(d time.Duration) error{
-		"advisory.WithWaitTimeout": func(d time.Duration) error {
-			return advisory.New(h, advisory.WithWaitTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
+		"advisory.WithTimeout": func(d time.Duration) error {
+			return advisory.New(h, advisory.WithTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
 		},
 		"advisory.WithUnlockTimeout": func(d time.Duration) error {
 			return advisory.NewPool(pool, advisory.WithUnlockTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
