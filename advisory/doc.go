@@ -9,7 +9,7 @@
 //	})
 //
 // Start with [New] (or [NewPool]) and [Locker.Do]; [Locker.Lock] and
-// [Locker.TryLock] return a [Lock] to release with [Lock.Unlock]. A [Key] comes
+// [Locker.TryLock] return a [Lock] to release with [Lock.Release]. A [Key] comes
 // from [KeyOf] (64-bit, hashtextextended), [KeyText] (32-bit, as SQL calling
 // hashtext), [KeyInt] or [KeyPair], and reaches the server as a bind
 // parameter or an integer literal, never as caller text.

@@ -42,7 +42,7 @@ func TestPgBouncer(t *testing.T) {
 			} {
 				if lk, err := f(ctx, key); !errors.Is(err, sqlock.ErrUnsupported) {
 					if lk != nil {
-						lk.Unlock(ctx)
+						lk.Release(ctx)
 					}
 					t.Fatalf("%s: %s through PgBouncer in transaction mode: %v, want ErrUnsupported", name, op, err)
 				}
@@ -76,8 +76,8 @@ func TestPgBouncer(t *testing.T) {
 			if _, err := l.TryLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
 				t.Fatalf("%s: a second TryLock through PgBouncer: %v, want ErrNotAcquired", name, err)
 			}
-			mustUnlock(t, lk)
-			mustUnlock(t, mustLock(t)(direct.TryLock(ctx, key)))
+			mustRelease(t, lk)
+			mustRelease(t, mustLock(t)(direct.TryLock(ctx, key)))
 		}
 		waitNoLocks(t, conn)
 	})

@@ -37,8 +37,8 @@ var (
 	// ended it, or an unlock could not be confirmed (then the connection was
 	// closed, which ends the session and so releases the lock).
 	ErrLost = errors.New("advisory: lock lost: its session ended")
-	// ErrNotHeld: Unlock of a Lock that was already unlocked.
-	ErrNotHeld = errors.New("advisory: lock not held (already unlocked)")
+	// ErrNotHeld: Release of a Lock that was already released.
+	ErrNotHeld = errors.New("advisory: lock not held (already released)")
 	// ErrUnavailable: no working connection — the pool could not connect, or
 	// the connection broke during the call. Nothing is held.
 	ErrUnavailable = errors.New("advisory: database unavailable")
@@ -58,7 +58,7 @@ func invalidOption(format string, args ...any) error {
 
 // Error is the error type of this package.
 type Error struct {
-	Op    string // "lock", "trylock", "rlock", "tryrlock", "unlock", "do", "verify", "new"
+	Op    string // "lock", "trylock", "rlock", "tryrlock", "release", "do", "verify", "new"
 	Key   Key    // the zero Key when not applicable
 	Err   error  // one of the Err* values above, an error matching a sqlock sentinel, or nil
 	Cause error  // the underlying error (driver, server, context), or nil
