@@ -31,7 +31,11 @@
 //     never a wait on itself.
 //   - Where session locks are not real (PgBouncer in transaction mode, no-op
 //     engines) a one-time probe ([Locker.Verify]) refuses every call with
-//     [sqlock.ErrUnsupported]; use package txlock there.
+//     [sqlock.ErrUnsupported]. Behind PgBouncer, use
+//     [github.com/sqlock/sqlock/lease] for a lock held across transactions
+//     (it also fences a paused holder out), or
+//     [github.com/sqlock/sqlock/txlock] for a lock that lasts one
+//     transaction.
 //
 // Options mean what they mean in every sqlock package (see [observe]).
 // Errors are [*Error] values. The how — lock_timeout batches, sweeps after a
