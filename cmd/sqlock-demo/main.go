@@ -20,7 +20,7 @@ import (
 
 func main() {
 	demo.MaybeWorker() // replicas are this binary, started by the coordinator
-	dsn := flag.String("dsn", "", "an existing PostgreSQL database to use (its tables orders, charges, seats, bookings, products, tasks, account and sqlock_leases are dropped and recreated); default: a throwaway cluster")
+	dsn := flag.String("dsn", "", "an existing PostgreSQL database to use (its tables orders, charges, seats, bookings, products, tasks, account and demo_leases are dropped and recreated); default: a throwaway cluster")
 	only := flag.String("scenario", "", "comma-separated scenarios to run (payment, seat, stock, claim, paused); default: all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

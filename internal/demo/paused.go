@@ -38,6 +38,7 @@ const (
 	pausedTTL   = 400 * time.Millisecond
 	pausedPause = 2 * pausedTTL
 	deposit     = 100
+	leasesTable = "demo_leases" // not sqlock_leases: -dsn may name a database in use
 )
 
 // pausedScenario is the fifth table; it runs apart from the others, two
@@ -172,7 +173,7 @@ func runPausedOne(ctx context.Context, exe, dsn string, st *pausedStrategy) (pau
 		return row, err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS account, sqlock_leases;
+	if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS account, demo_leases;
 		CREATE TABLE account (id int PRIMARY KEY, balance bigint NOT NULL, fence bigint NOT NULL DEFAULT 0);
 		INSERT INTO account (id, balance) VALUES (1, 0)`); err != nil {
 		return row, fmt.Errorf("setup: %w", err)
@@ -306,7 +307,7 @@ func migrateLeases(ctx context.Context, dsn string) error {
 		return err
 	}
 	defer p.Close()
-	return lease.Migrate(ctx, p)
+	return lease.Migrate(ctx, p, lease.WithTable(leasesTable))
 }
 
 // holder is a paused-holder replica's state.
@@ -386,7 +387,7 @@ func pausedWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Wr
 	}
 	defer pool.Close()
 	h := &holder{pool: pool, st: st,
-		leases: lease.New(pool, lease.WithTimeout(30*time.Second)),
+		leases: lease.New(pool, lease.WithTable(leasesTable), lease.WithTimeout(30*time.Second)),
 		locker: advisory.NewPool(pool, advisory.WithTimeout(30*time.Second), advisory.WithKeepalive(100*time.Millisecond))}
 	if err := warm(ctx, pool, 2); err != nil {
 		return err
