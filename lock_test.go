@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,21 @@ import (
 	"github.com/sqlock/sqlock/lease"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The examples connect to DATABASE_URL, as a program would.
+	if os.Getenv(pgtest.EnvDSN) == "" {
+		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
+		code := m.Run()
+		c.Close()
+		os.Exit(code)
+	}
+	pgtest.Main(m)
+}
 
 // backend is one way to get a sqlock.Acquirer: the only line a caller
 // changes to switch.
