@@ -9,7 +9,9 @@
 //	})
 //
 // Start with [New] (or [NewPool]) and [Locker.Do]; [Locker.Lock] and
-// [Locker.TryLock] return a [Lock] to release with [Lock.Release]. A [Key] comes
+// [Locker.TryLock] return a [Lock] to release with [Lock.Release] (a
+// [sqlock.Lock]; [Locker.Acquirer] takes them by name for code that also
+// runs on leases). A [Key] comes
 // from [KeyOf] (64-bit, hashtextextended), [KeyText] (32-bit, as SQL calling
 // hashtext), [KeyInt] or [KeyPair], and reaches the server as a bind
 // parameter or an integer literal, never as caller text.
