@@ -166,7 +166,7 @@
 // *versioned.StaleError has RetryCause() == "stale", so retry.Do retries a
 // function that re-reads the row and writes again. WithProbe adds one SELECT
 // after a conflict (never before) to tell a row that is gone
-// (StaleError.State == versioned.RowGone) from one that changed (RowChanged,
+// (StaleError.Gone) from one that changed (RowChanged,
 // with StaleError.Current). WithObserver and WithLogger report every stale
 // write as an observe.Stale event with Source "gormplugin".
 //
