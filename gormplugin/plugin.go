@@ -108,8 +108,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithProbe makes a stale write run one more query, a SELECT of the row's
 // version by primary key inside the same transaction, to tell a row that
-// is gone (StaleError.Gone) from one that changed
-// (RowChanged, with StaleError.Current). It costs nothing unless a write
+// is gone (StaleError.Gone) from one that changed (StaleError.Current). It costs nothing unless a write
 // goes stale. The probe's own failure is reported in StaleError.ProbeErr
 // and never replaces the stale error.
 func WithProbe() Option { return func(c *config) { c.probe = true } }

@@ -59,8 +59,9 @@ const (
 // with ?), "ambiguous-string" (a backslash in a standard '…' string, whose
 // meaning depends on standard_conforming_strings), "unsupported" (valid
 // SQL the rewriter does not guard: WHERE CURRENT OF, ORDER BY or LIMIT
-// after WHERE …) and "syntax" (malformed where the rewriter must
-// understand it).
+// after WHERE …), "syntax" (malformed where the rewriter must understand
+// it) and "spec" (the version field's column or parameter name cannot be
+// written into a guard).
 type RewriteError struct {
 	Kind   string // why, from the vocabulary above
 	Offset int    // byte offset in Query where the problem was found (-1 when not about a place)
