@@ -14,6 +14,8 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
+require github.com/anishathalye/porcupine v1.3.1
+
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect

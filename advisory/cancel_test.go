@@ -90,7 +90,7 @@ func TestNoLeakUnderCancellation(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			leakCheck(t)
 			db := pgtest.New(t)
-			p := s.open(t, db, advisory.WithWaitTimeout(time.Minute), advisory.WithKeepalive(time.Millisecond))
+			p := s.open(t, db, advisory.WithTimeout(time.Minute), advisory.WithKeepalive(time.Millisecond))
 			keys := []advisory.Key{advisory.KeyOf("c0"), advisory.KeyOf("c1"), advisory.KeyInt(2), advisory.KeyPair(3, 3)}
 			var writers, readers [4]atomic.Int32
 			var counts sync.Map // category → *atomic.Int64

@@ -105,7 +105,7 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 	db := pgtest.New(t)
 	forEachBackend(t, func(t *testing.T, bc backendCase) {
 		conn := admin(t, db)
-		l := bc.open(t, db, advisory.WithWaitTimeout(2*time.Hour))
+		l := bc.open(t, db, advisory.WithTimeout(2*time.Hour))
 		key := advisory.KeyOf("deadline:cancel:" + bc.name)
 		k, _ := key.Int64()
 		if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", k); err != nil {

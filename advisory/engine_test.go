@@ -11,9 +11,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/hash"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/pghash"
 )
 
 // TestPgBouncer: behind PgBouncer in transaction mode session locks are
@@ -39,7 +40,7 @@ func TestPgBouncer(t *testing.T) {
 			for op, f := range map[string]func(context.Context, advisory.Key) (*advisory.Lock, error){
 				"Lock": l.Lock, "TryLock": l.TryLock, "RLock": l.RLock,
 			} {
-				if lk, err := f(ctx, key); !errors.Is(err, advisory.ErrUnsupported) {
+				if lk, err := f(ctx, key); !errors.Is(err, sqlock.ErrUnsupported) {
 					if lk != nil {
 						lk.Unlock(ctx)
 					}
@@ -47,7 +48,7 @@ func TestPgBouncer(t *testing.T) {
 				}
 			}
 			err := l.Verify(ctx)
-			if !errors.Is(err, advisory.ErrUnsupported) || !strings.Contains(err.Error(), "txlock") {
+			if !errors.Is(err, sqlock.ErrUnsupported) || !strings.Contains(err.Error(), "txlock") {
 				t.Fatalf("%s: Verify: %v, want ErrUnsupported pointing to txlock", name, err)
 			}
 			t.Logf("%s: %v", name, err)
@@ -131,7 +132,7 @@ func (c fakeConn) QueryContext(_ context.Context, query string, args []driver.Na
 	}
 	text := args[0].Value.(string)
 	return &fakeRows{cols: []string{"version", "pid", "h32", "h64", "set"}, row: []driver.Value{
-		c.f.version, int64(1), int64(hash.Text(text)) + c.f.hashOff, hash.TextExtended(text, 0) + c.f.hashOff, args[1].Value,
+		c.f.version, int64(1), int64(pghash.Text(text)) + c.f.hashOff, pghash.TextExtended(text, 0) + c.f.hashOff, args[1].Value,
 	}}, nil
 }
 
@@ -161,14 +162,14 @@ func TestUnsupportedEngines(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := advisory.New(sql.OpenDB(f))
-			if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrUnsupported) {
+			if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrUnsupported) {
 				t.Fatalf("TryLock: %v, want ErrUnsupported", err)
 			}
 			n := f.queries.Load()
-			if _, err := l.Lock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrUnsupported) {
+			if _, err := l.Lock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrUnsupported) {
 				t.Fatalf("Lock: %v, want ErrUnsupported", err)
 			}
-			if err := l.Verify(ctx); !errors.Is(err, advisory.ErrUnsupported) {
+			if err := l.Verify(ctx); !errors.Is(err, sqlock.ErrUnsupported) {
 				t.Fatalf("Verify: %v, want ErrUnsupported", err)
 			}
 			if f.queries.Load() != n {

@@ -2,19 +2,20 @@ package advisory
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
-	"io"
-	"net"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
 )
 
-// Errors. Every error this package returns matches one of these with
-// errors.Is, or wraps a context error (context.Canceled), and is an *Error
-// carrying the operation, the key and the underlying cause.
+// Errors. Every error this package returns is an *Error carrying the
+// operation, the key and the underlying cause, and matches one of these with
+// errors.Is, a context error (context.Canceled), or one of the shared
+// refusals of package sqlock: [sqlock.ErrNilHandle] (a nil handle or
+// function), [sqlock.ErrInvalidOption] (an option out of range) and
+// [sqlock.ErrUnsupported] (a server or pooler where session advisory locks
+// are not real: see [Locker.Verify]).
 var (
 	// ErrTimeout: the wait ran out — the Locker's wait timeout, or the
 	// deadline of the caller's context (then the error also matches
@@ -41,28 +42,25 @@ var (
 	// ErrUnavailable: no working connection — the pool could not connect, or
 	// the connection broke during the call. Nothing is held.
 	ErrUnavailable = errors.New("advisory: database unavailable")
-	// ErrUnsupported: the server is not one where session advisory locks
-	// are real: not PostgreSQL (CockroachDB's no-op stubs, another engine),
-	// a server whose hashtext/hashtextextended disagree with this package,
-	// or a connection pooler that moves sessions between server backends
-	// (PgBouncer in transaction or statement mode). Behind such a pooler use
-	// transaction-level locks (package txlock), or a direct or
-	// session-pooled connection.
-	ErrUnsupported = errors.New("advisory: session advisory locks are not supported here")
-	// ErrNilHandle: New or NewPool was given a nil handle.
-	ErrNilHandle = errors.New("advisory: nil database handle")
-	// ErrInvalidOption: an option was out of range (for example a
-	// non-positive timeout).
-	ErrInvalidOption = errors.New("advisory: invalid option")
-	// ErrNilFunc: Do was given a nil function.
-	ErrNilFunc = errors.New("advisory: nil function")
 )
+
+// The package's wording of the shared refusals.
+var (
+	errNilHandle   = errs.New(sqlock.ErrNilHandle, "advisory: nil database handle")
+	errNilFunc     = errs.New(sqlock.ErrNilHandle, "advisory: nil function")
+	errUnsupported = errs.New(sqlock.ErrUnsupported, "advisory: session advisory locks are not supported here")
+)
+
+// invalidOption is the error of an option out of range.
+func invalidOption(format string, args ...any) error {
+	return errs.New(sqlock.ErrInvalidOption, "advisory: invalid option: "+format, args...)
+}
 
 // Error is the error type of this package.
 type Error struct {
 	Op    string // "lock", "trylock", "rlock", "tryrlock", "unlock", "do", "verify", "new"
 	Key   Key    // the zero Key when not applicable
-	Err   error  // one of the Err* values above, or nil
+	Err   error  // one of the Err* values above, an error matching a sqlock sentinel, or nil
 	Cause error  // the underlying error (driver, server, context), or nil
 }
 
@@ -96,45 +94,6 @@ func (e *Error) Unwrap() []error {
 		errs = append(errs, e.Cause)
 	}
 	return errs
-}
-
-// sqlState returns the SQLSTATE of a server error from pgx, lib/pq or any
-// driver whose errors have a SQLState method; "" otherwise.
-func sqlState(err error) string {
-	var s interface{ SQLState() string }
-	if errors.As(err, &s) {
-		return s.SQLState()
-	}
-	return ""
-}
-
-// connectionTrouble reports whether err says the connection (not the SQL)
-// failed: the network, a closed connection, the server shutting down or
-// refusing connections.
-func connectionTrouble(err error) bool {
-	if err == nil {
-		return false
-	}
-	if code := sqlState(err); code != "" {
-		switch code[:2] {
-		case "08", "57", "53", "58": // connection, operator intervention, resources, system
-			return code != "57014" // query_canceled is not about the connection
-		}
-		return false
-	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
-	return pgconn.SafeToRetry(err) || pgconn.Timeout(err)
 }
 
 // ctxError turns the end of the caller's context into an error: a deadline

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 )
 
@@ -23,11 +24,11 @@ func ExampleNew() {
 	}
 	defer db.Close()
 	l := advisory.New(db,
-		advisory.WithWaitTimeout(2*time.Second), // the longest any acquisition waits
-		advisory.WithKeepalive(time.Second),     // how soon a lost lock is noticed
+		advisory.WithTimeout(2*time.Second), // the longest any acquisition waits
+		advisory.WithKeepalive(time.Second), // how soon a lost lock is noticed
 	)
 	switch err := l.Verify(context.Background()); {
-	case errors.Is(err, advisory.ErrUnsupported):
+	case errors.Is(err, sqlock.ErrUnsupported):
 		log.Fatal("no session locks here (CockroachDB? PgBouncer in transaction mode?): ", err)
 	case err != nil:
 		log.Fatal(err)
@@ -44,7 +45,7 @@ func ExampleLocker_Do() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	l := advisory.New(db, advisory.WithWaitTimeout(3*time.Second))
+	l := advisory.New(db, advisory.WithTimeout(3*time.Second))
 
 	err = l.Do(context.Background(), advisory.KeyOf("payment:order-123"), func(ctx context.Context) error {
 		fmt.Println("charging order 123, alone")

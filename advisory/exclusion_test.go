@@ -111,7 +111,7 @@ func exclusionChild() int {
 	n, _ := strconv.Atoi(os.Getenv("ADVISORY_N"))
 	ctx := context.Background()
 	var l *advisory.Locker
-	opts := []advisory.Option{advisory.WithWaitTimeout(2 * time.Minute)}
+	opts := []advisory.Option{advisory.WithTimeout(2 * time.Minute)}
 	switch os.Getenv("ADVISORY_BACKEND") {
 	case "sql":
 		cfg, err := pgx.ParseConfig(dsn)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -82,7 +83,7 @@ func TestWaitTimeoutDeadlineCancel(t *testing.T) {
 		db := pgtest.New(t)
 		ctx := context.Background()
 		holder := bc.open(t, db)
-		l := bc.open(t, db, advisory.WithWaitTimeout(300*time.Millisecond))
+		l := bc.open(t, db, advisory.WithTimeout(300*time.Millisecond))
 		conn := admin(t, db)
 		key := advisory.KeyInt(42)
 		lk := mustLock(t)(holder.Lock(ctx, key))
@@ -120,7 +121,7 @@ func TestWaitTimeoutDeadlineCancel(t *testing.T) {
 		// A waiter gets the lock when the holder lets go.
 		got := make(chan *advisory.Lock, 1)
 		go func() {
-			lk, err := bc.open(t, db, advisory.WithWaitTimeout(time.Minute)).Lock(ctx, key)
+			lk, err := bc.open(t, db, advisory.WithTimeout(time.Minute)).Lock(ctx, key)
 			if err != nil {
 				t.Error(err)
 			}
@@ -188,7 +189,7 @@ func TestTimeoutSettingsNotLeft(t *testing.T) {
 			// ends it (a context deadline may cancel the statement
 			// client-side, which costs the connection and would hide what
 			// this test looks at).
-			short := p.locker(advisory.WithWaitTimeout(300 * time.Millisecond))
+			short := p.locker(advisory.WithTimeout(300 * time.Millisecond))
 			for _, l := range []*advisory.Locker{l, short} {
 				if err := l.Verify(ctx); err != nil { // the probe closes its connections
 					t.Fatal(err)
@@ -243,7 +244,7 @@ func TestTimeoutSettingsNotLeft(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, bc := range backends {
-			l := bc.open(t, db, advisory.WithWaitTimeout(time.Minute))
+			l := bc.open(t, db, advisory.WithTimeout(time.Minute))
 			got := make(chan error, 1)
 			go func() {
 				lk, err := l.Lock(ctx, key)
@@ -286,7 +287,7 @@ func TestDeadlock(t *testing.T) {
 		"sql-pgx": func(t *testing.T, db *pgtest.DB) (*advisory.Locker, func(string)) {
 			sdb := db.OpenSQL()
 			sdb.SetMaxOpenConns(1)
-			return advisory.New(sdb, advisory.WithWaitTimeout(time.Minute)), func(q string) {
+			return advisory.New(sdb, advisory.WithTimeout(time.Minute)), func(q string) {
 				if _, err := sdb.Exec(q); err != nil {
 					t.Fatal(err)
 				}
@@ -294,7 +295,7 @@ func TestDeadlock(t *testing.T) {
 		},
 		"pgxpool": func(t *testing.T, db *pgtest.DB) (*advisory.Locker, func(string)) {
 			p := pgxPoolWith(t, db, 1)
-			return advisory.NewPool(p, advisory.WithWaitTimeout(time.Minute)), func(q string) {
+			return advisory.NewPool(p, advisory.WithTimeout(time.Minute)), func(q string) {
 				if _, err := p.Exec(context.Background(), q); err != nil {
 					t.Fatal(err)
 				}
@@ -360,7 +361,7 @@ func TestReLock(t *testing.T) {
 		leakCheck(t)
 		db := pgtest.New(t)
 		ctx := context.Background()
-		l := bc.open(t, db, advisory.WithWaitTimeout(time.Minute))
+		l := bc.open(t, db, advisory.WithTimeout(time.Minute))
 		key, other := advisory.KeyOf("relock"), advisory.KeyOf("relock-other")
 		ran := false
 		err := l.Do(ctx, key, func(ctx context.Context) error {
@@ -446,8 +447,8 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("Do(%v): %v, want ErrInvalidKey", k, err)
 		}
 	}
-	if err := l.Do(ctx, advisory.KeyInt(1), nil); !errors.Is(err, advisory.ErrNilFunc) {
-		t.Errorf("Do with a nil function: %v, want ErrNilFunc", err)
+	if err := l.Do(ctx, advisory.KeyInt(1), nil); !errors.Is(err, sqlock.ErrNilHandle) {
+		t.Errorf("Do with a nil function: %v, want ErrNilHandle", err)
 	}
 	if n := sdb.Stats().OpenConnections; n != 0 {
 		t.Errorf("bad input opened %d connections; it must change nothing", n)
@@ -457,26 +458,26 @@ func TestBadInput(t *testing.T) {
 		"New(nil)":     advisory.New(nil),
 		"NewPool(nil)": advisory.NewPool(nil),
 	} {
-		if _, err := l.Lock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrNilHandle) {
+		if _, err := l.Lock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrNilHandle) {
 			t.Errorf("%s: Lock: %v, want ErrNilHandle", name, err)
 		}
-		if err := l.Do(ctx, advisory.KeyInt(1), func(context.Context) error { return nil }); !errors.Is(err, advisory.ErrNilHandle) {
+		if err := l.Do(ctx, advisory.KeyInt(1), func(context.Context) error { return nil }); !errors.Is(err, sqlock.ErrNilHandle) {
 			t.Errorf("%s: Do: %v, want ErrNilHandle", name, err)
 		}
-		if err := l.Verify(ctx); !errors.Is(err, advisory.ErrNilHandle) {
+		if err := l.Verify(ctx); !errors.Is(err, sqlock.ErrNilHandle) {
 			t.Errorf("%s: Verify: %v, want ErrNilHandle", name, err)
 		}
 	}
 	for name, opt := range map[string]advisory.Option{
-		"WithWaitTimeout(0)":    advisory.WithWaitTimeout(0),
-		"WithWaitTimeout(-1)":   advisory.WithWaitTimeout(-1),
+		"WithTimeout(0)":        advisory.WithTimeout(0),
+		"WithTimeout(-1)":       advisory.WithTimeout(-1),
 		"WithKeepalive(0)":      advisory.WithKeepalive(0),
 		"WithUnlockTimeout(-1)": advisory.WithUnlockTimeout(-time.Second),
 		"WithUnlockTimeout(0)":  advisory.WithUnlockTimeout(0),
 		"WithKeepalive(-1)":     advisory.WithKeepalive(-1),
 	} {
 		l := advisory.New(sdb, opt)
-		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, advisory.ErrInvalidOption) {
+		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrInvalidOption) {
 			t.Errorf("%s: TryLock: %v, want ErrInvalidOption", name, err)
 		}
 	}
@@ -543,7 +544,7 @@ func TestShared(t *testing.T) {
 		leakCheck(t)
 		db := pgtest.New(t)
 		ctx := context.Background()
-		l := bc.open(t, db, advisory.WithWaitTimeout(time.Minute))
+		l := bc.open(t, db, advisory.WithTimeout(time.Minute))
 		conn := admin(t, db)
 		key := advisory.KeyOf("shared")
 		const readers = 10
@@ -587,7 +588,7 @@ func TestShared(t *testing.T) {
 		if _, err := l.TryLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
 			t.Fatalf("TryLock while readers hold: %v, want ErrNotAcquired", err)
 		}
-		if _, err := bc.open(t, db, advisory.WithWaitTimeout(200*time.Millisecond)).Lock(ctx, key); !errors.Is(err, advisory.ErrTimeout) {
+		if _, err := bc.open(t, db, advisory.WithTimeout(200*time.Millisecond)).Lock(ctx, key); !errors.Is(err, advisory.ErrTimeout) {
 			t.Fatalf("Lock while readers hold: %v, want ErrTimeout", err)
 		}
 		lk2 := mustLock(t)(l.TryRLock(ctx, key))
@@ -718,7 +719,7 @@ func TestWaitForPooledConnection(t *testing.T) {
 		"sql-pgx": func(o ...advisory.Option) *advisory.Locker { return advisory.New(sdb, o...) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			l := open(advisory.WithWaitTimeout(200 * time.Millisecond))
+			l := open(advisory.WithTimeout(200 * time.Millisecond))
 			// Probe the server and open the pool's connection under the
 			// default bound, however slow this machine is now; the short
 			// bound is for the waits below.

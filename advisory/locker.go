@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/internal/holds"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
 )
 
 // Defaults.
 const (
-	DefaultWaitTimeout   = 5 * time.Second
+	DefaultTimeout       = 5 * time.Second
 	DefaultKeepalive     = 2 * time.Second
 	DefaultUnlockTimeout = 3 * time.Second
 )
@@ -41,12 +42,13 @@ type Locker struct {
 
 	// est is the round trip and hold time measured on this Locker's
 	// connections (unlocks, keepalives; grant to unlock): what a wait bound
-	// by the caller's deadline keeps back for the holder (see acquire).
+	// by the caller's deadline keeps back for the holder (see noTimeToWait
+	// and lockTimeout).
 	est waitbound.Estimates
 
 	verified atomic.Bool
 	probeSem chan struct{} // one probe at a time; guards probeErr
-	probeErr error         // a definitive refusal (ErrUnsupported)
+	probeErr error         // a definitive refusal (sqlock.ErrUnsupported)
 }
 
 type config struct {
@@ -60,14 +62,14 @@ type config struct {
 // Option configures a Locker.
 type Option func(*config) error
 
-// WithWaitTimeout bounds every acquisition: the wait for a pooled
-// connection and for the lock together (default DefaultWaitTimeout). A
+// WithTimeout bounds every acquisition: the wait for a pooled
+// connection and for the lock together (default DefaultTimeout). A
 // context deadline that comes earlier wins. It must be positive (zero or
-// negative: ErrInvalidOption): no wait is unbounded; TryLock does not wait.
-func WithWaitTimeout(d time.Duration) Option {
+// negative: [sqlock.ErrInvalidOption]): no wait is unbounded; TryLock does not wait.
+func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: wait timeout %v must be positive", ErrInvalidOption, d)
+			return invalidOption("wait timeout %v must be positive", d)
 		}
 		c.wait = d
 		return nil
@@ -84,7 +86,7 @@ func WithWaitTimeout(d time.Duration) Option {
 func WithKeepalive(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: keepalive interval %v must be positive", ErrInvalidOption, d)
+			return invalidOption("keepalive interval %v must be positive", d)
 		}
 		c.keepalive = d
 		return nil
@@ -98,7 +100,7 @@ func WithKeepalive(d time.Duration) Option {
 func WithUnlockTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: unlock timeout %v must be positive", ErrInvalidOption, d)
+			return invalidOption("unlock timeout %v must be positive", d)
 		}
 		c.unlockTimeout = d
 		return nil
@@ -112,17 +114,20 @@ func WithUnlockTimeout(d time.Duration) Option {
 // panics, the lock of the call (and its connection) is released before the
 // panic goes on; a panic on a loss, in the check's goroutine, ends the
 // program as any goroutine's panic does (the connection is already
-// closed).
+// closed). Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
-		c.obs = observe.OrNop(o)
+		c.obs = observe.Multi(c.obs, o)
 		return nil
 	}
 }
 
-// WithLogger logs what a caller may not see otherwise: connections closed
+// WithLogger logs what a caller cannot see otherwise: connections closed
 // because their state was in doubt, lost locks, a refused server. The
-// default logs nothing.
+// default logs nothing. It is not an observer: for every acquisition and
+// release, use WithObserver([observe.Slog](l)). A later WithLogger replaces
+// an earlier one; a nil l logs nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -139,7 +144,7 @@ func WithLogger(l *slog.Logger) Option {
 // once plus the other work.
 //
 // New does not fail: a nil db or an invalid option is reported, as an
-// error matching ErrNilHandle or ErrInvalidOption, by every method.
+// error matching [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by every method.
 func New(db *sql.DB, opts ...Option) *Locker {
 	var b backend
 	if db != nil {
@@ -161,7 +166,7 @@ func newLocker(b backend, opts []Option) *Locker {
 	l := &Locker{
 		b: b,
 		cfg: config{
-			wait:          DefaultWaitTimeout,
+			wait:          DefaultTimeout,
 			keepalive:     DefaultKeepalive,
 			unlockTimeout: DefaultUnlockTimeout,
 			obs:           observe.Nop{},
@@ -170,7 +175,7 @@ func newLocker(b backend, opts []Option) *Locker {
 		probeSem: make(chan struct{}, 1),
 	}
 	if b == nil {
-		l.err = &Error{Op: "new", Err: ErrNilHandle}
+		l.err = &Error{Op: "new", Err: errNilHandle}
 		return l
 	}
 	for _, o := range opts {
@@ -178,7 +183,7 @@ func newLocker(b backend, opts []Option) *Locker {
 			continue
 		}
 		if err := o(&l.cfg); err != nil {
-			l.err = &Error{Op: "new", Cause: err}
+			l.err = &Error{Op: "new", Err: err}
 			return l
 		}
 	}
@@ -188,10 +193,10 @@ func newLocker(b backend, opts []Option) *Locker {
 }
 
 // Verify checks the Locker's configuration and the server once: real
-// PostgreSQL whose hashtext and hashtextextended agree with package hash,
+// PostgreSQL whose hashtext and hashtextextended agree with package pghash,
 // and a connection that keeps one server session (not PgBouncer in
 // transaction mode). The first acquisition does the same; call Verify to
-// fail fast at start-up. A refusal (ErrUnsupported) is remembered; a
+// fail fast at start-up. A refusal ([sqlock.ErrUnsupported]) is remembered; a
 // failure to connect is not.
 func (l *Locker) Verify(ctx context.Context) error {
 	if l.err != nil {
@@ -207,7 +212,7 @@ func (l *Locker) Verify(ctx context.Context) error {
 // until ctx ends. The wait happens inside PostgreSQL, in its fair queue and
 // visible to its deadlock detector. Errors: ErrTimeout (the wait ran out),
 // ErrDeadlock, a context error, ErrAlreadyHeld, ErrUnavailable,
-// ErrUnsupported, ErrInvalidKey.
+// [sqlock.ErrUnsupported], ErrInvalidKey.
 //
 // A nil error means the lock is held and must be released with Unlock. If
 // ctx ends just as the lock is granted, Lock releases it and returns the
@@ -254,7 +259,7 @@ func (l *Locker) DoShared(ctx context.Context, key Key, fn func(ctx context.Cont
 
 func (l *Locker) do(ctx context.Context, op string, key Key, shared bool, fn func(context.Context) error) error {
 	if fn == nil {
-		return &Error{Op: "do", Key: key, Err: ErrNilFunc}
+		return &Error{Op: "do", Key: key, Err: errNilFunc}
 	}
 	lk, err := l.acquire(ctx, op, key, shared, false)
 	if err != nil {
@@ -312,6 +317,10 @@ func (l *Locker) wrapVerify(op string, key Key, ctx context.Context, err error) 
 	return &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
 }
 
+// acquire takes key's lock in one of four modes (shared, try). Its steps:
+// the wait bound (waitBound), the lock statement (lockStatement, which
+// computes the server's lock_timeout in lockTimeout) and, on failure, the
+// end of the session and the error's classification (lockFailed).
 func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bool) (_ *Lock, err error) {
 	start := time.Now()
 	if l.err != nil {
@@ -336,132 +345,38 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	if ctx.Err() != nil {
 		return nil, ctxError(op, key, ctx)
 	}
-	// The wait bound covers the pooled connection, the first-use probe and
-	// the lock itself.
-	waitEnd := start.Add(l.cfg.wait)
-	ctxBound := false // the caller's deadline, not ours, bounds the wait
-	if d, ok := ctx.Deadline(); ok && !d.After(waitEnd) {
-		waitEnd, ctxBound = d, true
+	w := l.waitBound(ctx, op, key, start)
+	defer w.finish(l)
+	if !try && l.noTimeToWait(ctx, &w) {
+		return nil, w.timeout(nil) // nothing is sent
 	}
-	wctx := ctx
-	if !ctxBound {
-		bc := l.bounds.start(ctx, waitEnd)
-		defer l.bounds.finish(bc)
-		wctx = bc
-	}
-	// waitedOut reports whether the wait bound has passed (a timer of the
-	// driver's can fire just before the context's own).
-	waitedOut := func() bool { return wctx.Err() != nil || !time.Now().Before(waitEnd) }
-	// timeout is the error for a wait that ran out.
-	timeout := func(cause error) *Error {
-		if ctx.Err() != nil {
-			return ctxError(op, key, ctx)
-		}
-		if !ctxBound && errors.Is(cause, context.DeadlineExceeded) {
-			cause = nil // the Locker's own bound, not a context's deadline
-		}
-		if ctxBound && !errors.Is(cause, context.DeadlineExceeded) {
-			if cause == nil {
-				cause = context.DeadlineExceeded
-			} else {
-				cause = fmt.Errorf("%w: %w", context.DeadlineExceeded, cause)
-			}
-		}
-		return &Error{Op: op, Key: key, Err: ErrTimeout, Cause: cause}
-	}
-	if d, ok := ctx.Deadline(); ok && !try {
-		if b, _ := l.est.Bound(time.Now(), time.Until(waitEnd), d, true); b < time.Millisecond {
-			return nil, timeout(nil) // no time to wait: nothing is sent
-		}
-	}
-	if err := l.verify(wctx); err != nil {
-		if waitedOut() {
-			return nil, timeout(err)
+	if err := l.verify(w.ctx); err != nil {
+		if w.out() {
+			return nil, w.timeout(err)
 		}
 		return nil, l.wrapVerify(op, key, ctx, err)
 	}
-	s, err := l.b.conn(wctx)
+	s, err := l.b.conn(w.ctx)
 	if err != nil {
-		if waitedOut() {
-			return nil, timeout(err)
+		if w.out() {
+			return nil, w.timeout(err)
 		}
 		return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
 	}
 	sess = s
 
-	var granted bool
-	// stmtEnd bounds the lock statement: the wait bound for a try, and a
-	// grace period past it for a blocking lock, whose wait the server's
-	// lock_timeout ends first. The caller's ctx is the driver's to watch.
-	var stmtEnd time.Time
 	args := keyArgs(key)
-	if try {
-		stmtEnd = waitEnd
-		err = sess.queryRow(ctx, stmtEnd, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
-	} else {
-		remaining := time.Until(waitEnd)
-		lctx, detached := ctx, func() {}
-		if d, ok := ctx.Deadline(); ok {
-			// The server's lock_timeout ends the wait before the caller's
-			// deadline, early enough for the holder's work and unlock
-			// (waitbound): a 55P03 keeps the connection, where a statement
-			// cut by the context costs it. So the deadline does not cut
-			// the statement (a cancellation still does); stmtEnd does, for
-			// a server that does not answer.
-			var byDeadline bool
-			remaining, byDeadline = l.est.Bound(time.Now(), remaining, d, true)
-			ctxBound = ctxBound || byDeadline
-			lctx, detached = untilCancelled(ctx)
-		}
-		if remaining < time.Millisecond { // lock_timeout counts milliseconds, and 0 would mean forever
-			detached()
-			sess.release()
-			sess = nil
-			return nil, timeout(nil)
-		}
-		ms := int64((remaining + time.Millisecond - 1) / time.Millisecond)
-		stmtEnd = waitEnd.Add(lockTimeoutGrace)
-		err = sess.exec(lctx, stmtEnd, blockingLockSQL(key, shared, ms))
-		granted = err == nil
-		if err != nil && lctx.Err() != nil {
-			stmtEnd = time.Time{} // cut by a cancellation: see stmtCut
-		}
-		detached()
-	}
-
-	if err != nil {
-		code := sqlState(err)
-		// A server error with the caller still waiting for us leaves the
-		// connection usable; but the lock may have been granted just as
-		// the timeout fired (the 55P03 race), so the session is swept
-		// before it goes back to the pool. It holds nothing else of ours:
-		// one lock per connection. Anything else (a context ended mid-call,
-		// the network) leaves the outcome unknown: the connection is
-		// destroyed, which ends the session and any lock in it.
-		// A blocking lock whose deadline left it detached was cut only if
-		// stmtEnd passed (or a cancellation zeroed it).
-		stmtCut := !time.Now().Before(stmtEnd) || (try || !hasDeadline(ctx)) && ctx.Err() != nil
-		if code != "" && !connectionTrouble(err) && !stmtCut {
-			l.sweep(ctx, sess)
-		} else {
-			sess.destroy()
-		}
+	granted, stmtEnd, err := l.lockStatement(ctx, sess, key, shared, try, args, &w)
+	switch {
+	case err == errNoWaitLeft:
+		sess.release()
 		sess = nil
-		switch {
-		case code == "55P03":
-			return nil, timeout(err)
-		case code == "40P01":
-			return nil, &Error{Op: op, Key: key, Err: ErrDeadlock, Cause: err}
-		case ctx.Err() != nil:
-			return nil, ctxError(op, key, ctx)
-		case stmtCut || waitedOut() && !connectionTrouble(err):
-			return nil, timeout(err)
-		case connectionTrouble(err):
-			return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
-		}
-		return nil, &Error{Op: op, Key: key, Cause: err}
-	}
-	if !granted {
+		return nil, w.timeout(nil)
+	case err != nil:
+		e := l.lockFailed(ctx, sess, &w, try, stmtEnd, err)
+		sess = nil
+		return nil, e
+	case !granted:
 		sess.release()
 		sess = nil
 		return nil, &Error{Op: op, Key: key, Err: ErrNotAcquired}
@@ -481,6 +396,165 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	sess = nil
 	lk.start()
 	return lk, nil
+}
+
+// waitBound is the bound of one acquisition's wait: of the pooled
+// connection, the first-use probe and the lock itself.
+type waitBound struct {
+	op     string
+	key    Key
+	caller context.Context // the caller's context
+	ctx    context.Context // ends at the bound: the caller's, or bc
+	bc     *boundCtx       // the Locker's own bound, when it comes first
+	end    time.Time
+	// byCtx: the caller's deadline, not the Locker's wait timeout, bounds
+	// the wait (then a timeout also matches context.DeadlineExceeded).
+	byCtx bool
+}
+
+// waitBound starts the bound of a wait that started at start: the wait
+// timeout, or the caller's deadline when it comes first.
+func (l *Locker) waitBound(ctx context.Context, op string, key Key, start time.Time) waitBound {
+	w := waitBound{op: op, key: key, caller: ctx, ctx: ctx, end: start.Add(l.cfg.wait)}
+	if d, ok := ctx.Deadline(); ok && !d.After(w.end) {
+		w.end, w.byCtx = d, true
+		return w
+	}
+	w.bc = l.bounds.start(ctx, w.end)
+	w.ctx = w.bc
+	return w
+}
+
+// finish stops the Locker's own bound, if it set one.
+func (w *waitBound) finish(l *Locker) {
+	if w.bc != nil {
+		l.bounds.finish(w.bc)
+	}
+}
+
+// out reports whether the wait bound has passed (a timer of the driver's
+// can fire just before the context's own).
+func (w *waitBound) out() bool { return w.ctx.Err() != nil || !time.Now().Before(w.end) }
+
+// timeout is the error for a wait that ran out.
+func (w *waitBound) timeout(cause error) *Error {
+	if w.caller.Err() != nil {
+		return ctxError(w.op, w.key, w.caller)
+	}
+	if !w.byCtx && errors.Is(cause, context.DeadlineExceeded) {
+		cause = nil // the Locker's own bound, not a context's deadline
+	}
+	if w.byCtx && !errors.Is(cause, context.DeadlineExceeded) {
+		if cause == nil {
+			cause = context.DeadlineExceeded
+		} else {
+			cause = fmt.Errorf("%w: %w", context.DeadlineExceeded, cause)
+		}
+	}
+	return &Error{Op: w.op, Key: w.key, Err: ErrTimeout, Cause: cause}
+}
+
+// noTimeToWait reports whether the caller's deadline leaves a blocking
+// lock no time to wait once the holder's work and unlock are kept back
+// (waitbound).
+func (l *Locker) noTimeToWait(ctx context.Context, w *waitBound) bool {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	b, _ := l.est.Bound(time.Now(), time.Until(w.end), d, true)
+	return b < time.Millisecond
+}
+
+// errNoWaitLeft: lockStatement found under a millisecond left to wait and
+// sent nothing.
+var errNoWaitLeft = errors.New("advisory: no time left to wait")
+
+// lockStatement sends the lock statement on sess: a try-once, or a
+// blocking lock whose wait the server's lock_timeout ends. It returns
+// whether the lock was granted, and stmtEnd, the client's own bound on the
+// statement (zero when a cancellation cut it), for lockFailed.
+func (l *Locker) lockStatement(ctx context.Context, sess session, key Key, shared, try bool, args []any, w *waitBound) (granted bool, stmtEnd time.Time, err error) {
+	if try {
+		// Bounded by the wait bound; the caller's ctx is the driver's to
+		// watch.
+		err = sess.queryRow(ctx, w.end, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
+		return granted, w.end, err
+	}
+	ms := l.lockTimeout(ctx, w)
+	if ms == 0 {
+		return false, time.Time{}, errNoWaitLeft
+	}
+	// The server's lock_timeout ends the wait before the caller's deadline
+	// (a 55P03 keeps the connection, where a statement cut by the context
+	// costs it), so the deadline does not cut the statement (a cancellation
+	// still does); stmtEnd, a grace period past the wait bound, does, for a
+	// server that does not answer.
+	lctx := ctx
+	if hasDeadline(ctx) {
+		var detached func()
+		lctx, detached = untilCancelled(ctx)
+		defer detached()
+	}
+	stmtEnd = w.end.Add(lockTimeoutGrace)
+	err = sess.exec(lctx, stmtEnd, blockingLockSQL(key, shared, ms))
+	if err != nil && lctx.Err() != nil {
+		stmtEnd = time.Time{} // cut by a cancellation: see lockFailed
+	}
+	return err == nil, stmtEnd, err
+}
+
+// lockTimeout is a blocking lock's lock_timeout in whole milliseconds,
+// rounded up: the time left to the wait bound or, under a caller's
+// deadline, what waitbound leaves for the wait after keeping back time for
+// the holder's work and unlock (which then bounds the wait: w.byCtx). It is
+// 0 when under a millisecond is left, as lock_timeout = 0 would mean
+// forever.
+func (l *Locker) lockTimeout(ctx context.Context, w *waitBound) int64 {
+	remaining := time.Until(w.end)
+	if d, ok := ctx.Deadline(); ok {
+		var byDeadline bool
+		remaining, byDeadline = l.est.Bound(time.Now(), remaining, d, true)
+		w.byCtx = w.byCtx || byDeadline
+	}
+	if remaining < time.Millisecond {
+		return 0
+	}
+	return int64((remaining + time.Millisecond - 1) / time.Millisecond)
+}
+
+// lockFailed ends sess after its lock statement failed with err, and
+// classifies err.
+//
+// A server error with the caller still waiting for us leaves the
+// connection usable; but the lock may have been granted just as the
+// timeout fired (the 55P03 race), so the session is swept before it goes
+// back to the pool. It holds nothing else of ours: one lock per
+// connection. Anything else (a context ended mid-call, the network) leaves
+// the outcome unknown: the connection is destroyed, which ends the session
+// and any lock in it. A blocking lock whose deadline left it detached was
+// cut only if stmtEnd passed (or a cancellation zeroed it).
+func (l *Locker) lockFailed(ctx context.Context, sess session, w *waitBound, try bool, stmtEnd time.Time, err error) *Error {
+	code := pgerr.Code(err)
+	stmtCut := !time.Now().Before(stmtEnd) || (try || !hasDeadline(ctx)) && ctx.Err() != nil
+	if code != "" && !pgerr.ConnectionLost(err) && !stmtCut {
+		l.sweep(ctx, sess)
+	} else {
+		sess.destroy()
+	}
+	switch {
+	case code == pgerr.LockNotAvailable:
+		return w.timeout(err)
+	case code == pgerr.DeadlockDetected:
+		return &Error{Op: w.op, Key: w.key, Err: ErrDeadlock, Cause: err}
+	case ctx.Err() != nil:
+		return ctxError(w.op, w.key, ctx)
+	case stmtCut || w.out() && !pgerr.ConnectionLost(err):
+		return w.timeout(err)
+	case pgerr.ConnectionLost(err):
+		return &Error{Op: w.op, Key: w.key, Err: ErrUnavailable, Cause: err}
+	}
+	return &Error{Op: w.op, Key: w.key, Cause: err}
 }
 
 // sweep releases every session-level advisory lock of sess and returns it

@@ -125,7 +125,7 @@ func TestLostOnTerminate(t *testing.T) {
 		}
 		got := make(chan *advisory.Lock, 1)
 		go func() {
-			w, err := bc.open(t, db, advisory.WithWaitTimeout(time.Minute)).Lock(ctx, key)
+			w, err := bc.open(t, db, advisory.WithTimeout(time.Minute)).Lock(ctx, key)
 			if err != nil {
 				t.Error(err)
 			}
@@ -215,9 +215,9 @@ func TestServerRestart(t *testing.T) {
 	db := c.NewDB(t)
 	ctx := context.Background()
 	lockers := map[string]*advisory.Locker{
-		"sql-pgx": advisory.New(db.OpenSQL(), advisory.WithKeepalive(lossKeepalive), advisory.WithWaitTimeout(2*time.Second)),
+		"sql-pgx": advisory.New(db.OpenSQL(), advisory.WithKeepalive(lossKeepalive), advisory.WithTimeout(2*time.Second)),
 		"pgxpool": advisory.NewPool(pgxPoolWith(t, db, 16), advisory.WithKeepalive(lossKeepalive),
-			advisory.WithWaitTimeout(2*time.Second)),
+			advisory.WithTimeout(2*time.Second)),
 	}
 	held := map[string]*advisory.Lock{}
 	for name, l := range lockers {

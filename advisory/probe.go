@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sqlock/sqlock/hash"
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/pghash"
 )
 
 // verify runs the server probe once per Locker; a refusal is remembered, a
@@ -35,20 +37,20 @@ func (l *Locker) verify(ctx context.Context) error {
 		l.verified.Store(true)
 		return nil
 	}
-	if errors.Is(err, ErrUnsupported) {
+	if errors.Is(err, sqlock.ErrUnsupported) {
 		l.probeErr = err
 		l.cfg.log.Error("advisory: server refused for session locks", "error", err)
 	}
 	return err
 }
 
-// probeText is hashed by the server and by package hash; they must agree.
-const probeText = "sqlock advisory probe: hashtext vs hash.Text"
+// probeText is hashed by the server and by package pghash; they must agree.
+const probeText = "sqlock advisory probe: hashtext vs pghash.Text"
 
 const probeGUC = "sqlock.probe"
 
 func unsupported(format string, args ...any) error {
-	return &Error{Op: "verify", Err: ErrUnsupported, Cause: fmt.Errorf(format, args...)}
+	return &Error{Op: "verify", Err: errUnsupported, Cause: fmt.Errorf(format, args...)}
 }
 
 // probeFailed classifies an error of a probe statement: connection trouble
@@ -58,10 +60,10 @@ func unsupported(format string, args ...any) error {
 // statement vanished, because a pooler moved the session; an engine that
 // does not speak this SQL at all).
 func probeFailed(ctx context.Context, err error) error {
-	if ctx.Err() != nil || connectionTrouble(err) {
+	if ctx.Err() != nil || pgerr.ConnectionLost(err) {
 		return err
 	}
-	if code := sqlState(err); code == "26000" {
+	if code := pgerr.Code(err); code == pgerr.InvalidStatementName {
 		return unsupported("a prepared statement vanished between statements on one connection (a pooler in transaction mode?): %w", err)
 	}
 	return unsupported("the server failed the PostgreSQL advisory-lock probe: %w", err)
@@ -71,7 +73,7 @@ func probeFailed(ctx context.Context, err error) error {
 //
 //  1. version() is PostgreSQL, not CockroachDB (whose advisory-lock
 //     functions are no-op stubs or transaction-scoped only);
-//  2. hashtext and hashtextextended give what package hash gives, so
+//  2. hashtext and hashtextextended give what package pghash gives, so
 //     KeyText and KeyOf name the same locks as SQL calling them;
 //  3. a connection keeps one server session: a session setting made on
 //     connection A is still there on A's later statements, with the same
@@ -102,11 +104,11 @@ func probe(ctx context.Context, b backend) error {
 	if strings.Contains(version, "CockroachDB") {
 		return unsupported("CockroachDB's session advisory-lock functions do not lock (%s)", version)
 	}
-	if want := hash.Text(probeText); h32 != want {
-		return unsupported("server hashtext(%q) = %d, package hash gives %d: the server hashes differently", probeText, h32, want)
+	if want := pghash.Text(probeText); h32 != want {
+		return unsupported("server hashtext(%q) = %d, package pghash gives %d: the server hashes differently", probeText, h32, want)
 	}
-	if want := hash.TextExtended(probeText, 0); h64 != want {
-		return unsupported("server hashtextextended(%q, 0) = %d, package hash gives %d: the server hashes differently",
+	if want := pghash.TextExtended(probeText, 0); h64 != want {
+		return unsupported("server hashtextextended(%q, 0) = %d, package pghash gives %d: the server hashes differently",
 			probeText, h64, want)
 	}
 	sameSession := func() error {

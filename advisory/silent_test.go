@@ -104,7 +104,7 @@ func TestSilentConnection(t *testing.T) {
 	// be (a wait bound covers dialling the pool's connection too).
 	bound := 300*time.Millisecond + 50*db.Latency() + 5*connectTime(t, db)
 	lockers := dialedLockers(t, db, d.dial,
-		advisory.WithWaitTimeout(bound),
+		advisory.WithTimeout(bound),
 		advisory.WithUnlockTimeout(bound),
 		advisory.WithKeepalive(time.Hour))
 	for name, l := range lockers {

@@ -14,7 +14,7 @@
 //	if errors.Is(err, versioned.ErrStale) { … someone else won: re-read, retry … }
 //
 // Start with [New] and its options ([WithProbe], [WithNullPolicy] …);
-// [Transaction] and [TransactionKeys] run a locked GORM transaction.
+// [Transaction] runs a GORM transaction under advisory locks.
 //
 // It promises:
 //
@@ -27,7 +27,7 @@
 //   - No widened write: a versioned struct without a primary key is refused
 //     (*versioned.KeyError), the caller's conditions are parenthesised, and
 //     a write that cannot be checked (a slice of versioned rows, an upsert
-//     that updates every column) fails with [ErrUnsupported] before
+//     that updates every column) fails with [sqlock.ErrUnsupported] before
 //     anything is sent.
 //   - After any failed write the struct equals its row; after a rollback
 //     the plugin cannot see, [Resync] puts it back.

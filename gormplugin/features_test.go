@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/observe"
@@ -137,7 +138,7 @@ func TestUpsert(t *testing.T) {
 		must(t, db.Model(&o).Update("status", "newer").Error) // version 2
 		stale := Order{ID: o.ID, Status: "stale", Version: 1}
 		err := db.Clauses(clause.OnConflict{UpdateAll: true}).Create(&stale).Error
-		checkErr(t, err, gormplugin.ErrUnsupported)
+		checkErr(t, err, sqlock.ErrUnsupported)
 		// DO NOTHING is harmless and allowed.
 		must(t, db.Clauses(clause.OnConflict{DoNothing: true}).Create(&stale).Error)
 		var got Order
@@ -623,10 +624,10 @@ func TestUserSetAndReturning(t *testing.T) {
 	})
 }
 
-func TestWithLogger(t *testing.T) {
+func TestWithObserverSlogLogsStaleWrites(t *testing.T) {
 	var buf syncBuffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	db := openSQLite(t, gormplugin.WithLogger(l))
+	db := openSQLite(t, gormplugin.WithObserver(observe.Slog(l)))
 	must(t, db.AutoMigrate(&Order{}))
 	o := Order{Status: "new"}
 	must(t, db.Create(&o).Error)

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/txlock"
@@ -318,7 +319,7 @@ func TestResyncAfterUserTransactionRollback(t *testing.T) {
 		must(t, db.Unscoped().Delete(&d).Error)
 		checkErr(t, gormplugin.Resync(db, &d), gorm.ErrRecordNotFound)
 		// Not a versioned model, or no key: a typed refusal.
-		checkErr(t, gormplugin.Resync(db, &Plain{ID: 1}), gormplugin.ErrUnsupported)
+		checkErr(t, gormplugin.Resync(db, &Plain{ID: 1}), versioned.ErrNoVersionField)
 		checkErr(t, gormplugin.Resync(db, &Order{}), versioned.ErrNoKey)
 	})
 }
@@ -462,7 +463,7 @@ func TestAssociationDeleteNoFalseStale(t *testing.T) {
 		must(t, db.Create(&e).Error)
 		c := *e.Company
 		err := db.Model(&e).Association("Company").Delete(&c)
-		checkErr(t, err, gormplugin.ErrUnsupported)
+		checkErr(t, err, sqlock.ErrUnsupported)
 		var row Employee
 		must(t, db.First(&row, e.ID).Error)
 		if row.Version != e.Version || row.CompanyID == nil {
@@ -478,7 +479,7 @@ func TestAssociationDeleteNoFalseStale(t *testing.T) {
 		s := Shelf{Name: "s", Items: []Item{{Code: "a"}}}
 		must(t, db.Create(&s).Error)
 		it := s.Items[0]
-		checkErr(t, db.Model(&s).Association("Items").Delete(&it), gormplugin.ErrUnsupported)
+		checkErr(t, db.Model(&s).Association("Items").Delete(&it), sqlock.ErrUnsupported)
 		must(t, db.Model(&it).Update("code", "b").Error)
 	})
 }

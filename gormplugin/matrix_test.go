@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -174,14 +175,14 @@ func writeCases() []writeCase {
 	}, wantErr: gorm.ErrMissingWhereClause, wantStatus: "new", wantVer: 1, wantMem: 1})
 	add(writeCase{name: "Slice/update", dbVer: 1, memVer: 1, run: func(db *gorm.DB, o *Order) error {
 		return db.Model(&[]Order{*o}).Update("status", "paid").Error
-	}, wantErr: gormplugin.ErrUnsupported, wantStatus: "new", wantVer: 1, wantMem: 1})
+	}, wantErr: sqlock.ErrUnsupported, wantStatus: "new", wantVer: 1, wantMem: 1})
 	add(writeCase{name: "Slice/delete", dbVer: 1, memVer: 1, run: func(db *gorm.DB, o *Order) error {
 		return db.Delete(&[]Order{*o}).Error
-	}, wantErr: gormplugin.ErrUnsupported, wantStatus: "new", wantVer: 1, wantMem: 1})
+	}, wantErr: sqlock.ErrUnsupported, wantStatus: "new", wantVer: 1, wantMem: 1})
 	add(writeCase{name: "Slice/save-upsert", dbVer: 2, memVer: 1, run: func(db *gorm.DB, o *Order) error {
 		o.Status = "paid"
 		return db.Save(&[]Order{*o}).Error
-	}, wantErr: gormplugin.ErrUnsupported, wantStatus: "new", wantVer: 2, wantMem: 1})
+	}, wantErr: sqlock.ErrUnsupported, wantStatus: "new", wantVer: 2, wantMem: 1})
 	add(writeCase{name: "SkipVersionCheck/scope", dbVer: 2, memVer: 1, run: func(db *gorm.DB, o *Order) error {
 		return db.Scopes(gormplugin.SkipVersionCheck).Model(o).Update("status", "paid").Error
 	}, wantStatus: "paid", wantVer: 3, wantMem: 1})

@@ -49,6 +49,7 @@ import (
 	"gorm.io/gorm/logger"
 	"pgregory.net/rapid"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/txlock"
@@ -129,7 +130,7 @@ var modelHookNames = []string{"", "", "", "", "", "BeforeSave", "BeforeCreate", 
 func modelTypedErr(err error) bool {
 	for _, target := range []error{
 		versioned.ErrStale, versioned.ErrNoKey, versioned.ErrKeyNotUnique, versioned.ErrOverflow,
-		versioned.ErrInvalidModel, gormplugin.ErrUnsupported, gormplugin.ErrNullVersion,
+		versioned.ErrInvalidModel, sqlock.ErrUnsupported, gormplugin.ErrNullVersion,
 		gorm.ErrMissingWhereClause, gorm.ErrRecordNotFound, errModelHook, errModelRollback,
 	} {
 		if errors.Is(err, target) {
@@ -674,13 +675,13 @@ func modelKinds() map[string]func(m *modelMachine, t *rapid.T, db *gorm.DB) *mod
 				run: func(db *gorm.DB) error { return f(db, *cloneItem(a), *cloneItem(b)) }}
 		}
 	}
-	k["Slice/Save"] = refused("Save(&[]MItem{a, b})", gormplugin.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
+	k["Slice/Save"] = refused("Save(&[]MItem{a, b})", sqlock.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
 		return db.Save(&[]MItem{a, b}).Error
 	})
-	k["Slice/Delete"] = refused("Delete(&[]MItem{a, b})", gormplugin.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
+	k["Slice/Delete"] = refused("Delete(&[]MItem{a, b})", sqlock.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
 		return db.Delete(&[]MItem{a, b}).Error
 	})
-	k["Slice/Update"] = refused("Model(&[]MItem{a, b}).Update", gormplugin.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
+	k["Slice/Update"] = refused("Model(&[]MItem{a, b}).Update", sqlock.ErrUnsupported, func(db *gorm.DB, a, b MItem) error {
 		return db.Model(&[]MItem{a, b}).Update("name", "slice").Error
 	})
 	k["NoKey/Update"] = refused("Model(&MItem{Version: a's}).Update", versioned.ErrNoKey, func(db *gorm.DB, a, _ MItem) error {
@@ -1016,7 +1017,7 @@ func (m *modelMachine) checkStep(t *rapid.T, db *gorm.DB, s *modelStep, before, 
 			}
 			return
 		}
-		if errors.Is(err, errModelHook) || (s.refuse && errors.Is(err, gormplugin.ErrUnsupported)) {
+		if errors.Is(err, errModelHook) || (s.refuse && errors.Is(err, sqlock.ErrUnsupported)) {
 			return
 		}
 		switch s.eff {

@@ -2,7 +2,6 @@ package gormplugin
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -88,22 +87,11 @@ type config struct {
 
 // WithObserver reports each stale write (observe.Stale, Source "gormplugin",
 // with the table and the *versioned.StaleError) to o. The default does
-// nothing. Several WithObserver and WithLogger options add up.
+// nothing; to log stale writes, WithObserver([observe.Slog](l)).
+// Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) {
-		if o != nil {
-			c.observer = observe.Multi(c.observer, o)
-		}
-	}
-}
-
-// WithLogger logs each stale write to l at Info level (observe.Slog).
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l != nil {
-			c.observer = observe.Multi(c.observer, observe.Slog(l))
-		}
-	}
+	return func(c *config) { c.observer = observe.Multi(c.observer, o) }
 }
 
 // WithProbe makes a stale write run one more query, a SELECT of the row's
@@ -135,7 +123,6 @@ func New(opts ...Option) *Plugin {
 			o(&p.cfg)
 		}
 	}
-	p.cfg.observer = observe.OrNop(p.cfg.observer)
 	return p
 }
 

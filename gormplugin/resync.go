@@ -1,11 +1,14 @@
 package gormplugin
 
 import (
+	"fmt"
 	"reflect"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -17,16 +20,17 @@ import (
 // value leaves value at the rolled-back version.
 //
 // value must be a non-nil pointer to a struct of a versioned model with
-// its primary key set; otherwise Resync fails with *UnsupportedError or
-// *versioned.KeyError before anything is sent. A row that is gone is
+// its primary key set; otherwise Resync fails before anything is sent, with
+// an error matching [sqlock.ErrNilHandle] (a nil db), versioned.ErrInvalidArg,
+// versioned.ErrNoVersionField or versioned.ErrNoKey. A row that is gone is
 // gorm.ErrRecordNotFound. A NULL version reads as 0.
 func Resync(db *gorm.DB, value any) error {
 	if db == nil {
-		return &UnsupportedError{Op: "resync", Reason: "nil *gorm.DB"}
+		return errs.New(sqlock.ErrNilHandle, "gormplugin: resync: nil *gorm.DB")
 	}
 	rv := reflect.ValueOf(value)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
-		return &UnsupportedError{Op: "resync", Reason: "value must be a non-nil pointer to a struct"}
+		return fmt.Errorf("gormplugin: resync: %T is not a non-nil pointer to a struct: %w", value, versioned.ErrInvalidArg)
 	}
 	stmt := &gorm.Statement{DB: db}
 	if err := stmt.Parse(value); err != nil {
@@ -40,7 +44,7 @@ func Resync(db *gorm.DB, value any) error {
 	case m.err != nil:
 		return m.err
 	case m.ver == nil:
-		return &UnsupportedError{Table: stmt.Table, Op: "resync", Reason: `the model has no lock:"version" field`}
+		return fmt.Errorf("gormplugin: resync %s: %w", stmt.Table, versioned.ErrNoVersionField)
 	}
 	ctx := db.Statement.Context
 	rv = rv.Elem()

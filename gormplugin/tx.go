@@ -2,29 +2,32 @@ package gormplugin
 
 import (
 	"context"
+	"database/sql"
 
 	"gorm.io/gorm"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/txlock"
 )
 
 // Transaction runs fn in a GORM transaction that holds
-// pg_advisory_xact_lock(key) from before fn's first statement until COMMIT
-// or ROLLBACK, so the lock cannot leak, and retries the whole transaction —
-// fn included — with txlock's policy (serialization failures, deadlocks and,
-// since the versioned writes in fn return *versioned.StaleError, stale
-// versions). fn must be safe to run more than once: it re-reads what it
-// depends on. tx carries ctx; fn's error rolls the transaction back and is
-// returned as it is (or wrapped in *retry.ExhaustedError when retries ran
-// out).
+// pg_advisory_xact_lock(key) — and the locks of txlock.AlsoLock's keys, all
+// in txlock's canonical order — from before fn's first statement until
+// COMMIT or ROLLBACK, so the lock cannot leak, and retries the whole
+// transaction — fn included — with txlock's policy (serialization
+// failures, deadlocks and, since the versioned writes in fn return
+// *versioned.StaleError, stale versions). fn must be safe to run more than
+// once: it re-reads what it depends on. tx carries ctx; fn's error rolls
+// the transaction back and is returned as it is (or wrapped in
+// *retry.ExhaustedError when retries ran out).
 //
-// Everything about the lock and the retries is txlock's (txlock.Run): the
-// wait is bounded (txlock.WithTimeout; a wait that runs out is a
-// *txlock.LockError matching txlock.ErrTimeout), txlock.TryOnce,
-// txlock.Shared, txlock.WithRetry/WithoutRetry, txlock.WithTxOptions and
-// COMMIT errors whose outcome is unknown (txlock.ErrAmbiguousCommit, never
-// retried) apply as documented there. Open GORM over txlock.OpenDB —
+// Everything about the lock and the retries is txlock's, as for txlock.Do:
+// the wait is bounded (txlock.WithTimeout; a wait that runs out is an
+// error matching txlock.ErrTimeout), txlock.TryOnce, txlock.Shared,
+// txlock.WithRetry/WithoutRetry, txlock.WithTxOptions and COMMIT errors
+// whose outcome is unknown (txlock.ErrAmbiguousCommit, never retried)
+// apply as documented there. Open GORM over txlock.OpenDB —
 // postgres.New(postgres.Config{Conn: txlock.OpenDB(cfg)}) — and BEGIN
 // carries the lock, so a locked transaction costs the round trips of an
 // unlocked one; on any other connection the lock is one more round trip.
@@ -43,20 +46,14 @@ import (
 //
 // db must not already be inside a transaction, and its dialector must be
 // PostgreSQL: on any other engine (SQLite, MySQL) advisory locks are not
-// real and the call fails with *UnsupportedError before it begins.
+// real and the call fails with *UnsupportedError before it begins. A nil
+// db or fn is an error matching sqlock.ErrNilHandle.
 func Transaction(ctx context.Context, db *gorm.DB, key advisory.Key, fn func(tx *gorm.DB) error, opts ...txlock.Option) error {
-	return TransactionKeys(ctx, db, []advisory.Key{key}, fn, opts...)
-}
-
-// TransactionKeys is Transaction with several keys, locked in txlock's
-// canonical order (duplicates once), so transactions asking for overlapping
-// sets in any order cannot deadlock on each other's locks.
-func TransactionKeys(ctx context.Context, db *gorm.DB, keys []advisory.Key, fn func(tx *gorm.DB) error, opts ...txlock.Option) error {
 	if db == nil {
-		return txlock.ErrNilDB
+		return lockedtx.ErrNilDB
 	}
 	if fn == nil {
-		return txlock.ErrNilFunc
+		return lockedtx.ErrNilFunc
 	}
 	if name := db.Name(); name != "postgres" {
 		return &UnsupportedError{Op: "locked transaction",
@@ -69,23 +66,26 @@ func TransactionKeys(ctx context.Context, db *gorm.DB, keys []advisory.Key, fn f
 		pool = sqlDB
 	}
 	p, _ := db.Config.Plugins[Name].(*Plugin)
-	return txlock.RunOn(ctx, pool, keys,
-		func(ctx context.Context, a *txlock.Attempt) (*gorm.DB, txlock.Tx, error) {
-			tx := db.WithContext(ctx).Begin(a.TxOptions())
-			if tx.Error != nil {
-				return nil, nil, tx.Error
+	return lockedtx.Run(ctx, pool, key,
+		func(ctx context.Context, a *lockedtx.Attempt) (*gorm.DB, lockedtx.Tx, bool, error) {
+			tx, folded, err := lockedtx.BeginSQL(ctx, a, func(ctx context.Context, o *sql.TxOptions) (*gorm.DB, error) {
+				tx := db.WithContext(ctx).Begin(o)
+				return tx, tx.Error
+			})
+			if err != nil {
+				return nil, nil, false, err
 			}
 			t := gormTx{tx: tx, p: p}
 			if p != nil {
 				t.log = p.track(tx.Statement.ConnPool)
 			}
-			return tx, t, nil
+			return tx, t, folded, nil
 		},
 		func(ctx context.Context, tx *gorm.DB) error { return fn(tx.WithContext(ctx)) },
-		opts...)
+		opts)
 }
 
-// gormTx lets txlock drive a GORM transaction. With the plugin installed,
+// gormTx lets the engine drive a GORM transaction. With the plugin installed,
 // the structs fn's versioned writes changed are put back when the
 // transaction does not commit.
 type gormTx struct {
@@ -94,7 +94,7 @@ type gormTx struct {
 	log *undoLog
 }
 
-// Exec runs txlock's argument-less lock statements on the transaction's
+// Exec runs the engine's argument-less lock statements on the transaction's
 // connection directly (database/sql sends them by the simple protocol).
 // Under GORM's PrepareStmt the transaction's ConnPool would prepare them,
 // and PostgreSQL cannot prepare several commands: they go to the

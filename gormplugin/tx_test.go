@@ -12,6 +12,7 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -43,7 +44,7 @@ func TestTransactionLocks(t *testing.T) {
 
 	for name, g := range map[string]*gorm.DB{"begin-then-lock": db, "folded-into-begin": folded} {
 		t.Run(name+"/held-inside", func(t *testing.T) {
-			err := gormplugin.TransactionKeys(ctx, g, []advisory.Key{key, advisory.KeyInt(7)}, func(tx *gorm.DB) error {
+			err := gormplugin.Transaction(ctx, g, key, func(tx *gorm.DB) error {
 				n, err := heldHere(tx)
 				if err != nil {
 					return err
@@ -52,7 +53,7 @@ func TestTransactionLocks(t *testing.T) {
 					t.Errorf("%d advisory locks held inside, want 2", n)
 				}
 				return nil
-			})
+			}, txlock.AlsoLock(advisory.KeyInt(7)))
 			must(t, err)
 		})
 	}
@@ -202,9 +203,9 @@ func TestTransactionLocks(t *testing.T) {
 
 	t.Run("bad-input", func(t *testing.T) {
 		noop := func(*gorm.DB) error { return nil }
-		checkErr(t, gormplugin.Transaction(ctx, nil, key, noop), txlock.ErrNilDB)
-		checkErr(t, gormplugin.Transaction(ctx, db, key, nil), txlock.ErrNilFunc)
-		checkErr(t, gormplugin.TransactionKeys(ctx, db, nil, noop), txlock.ErrNoKeys)
+		checkErr(t, gormplugin.Transaction(ctx, nil, key, noop), sqlock.ErrNilHandle)
+		checkErr(t, gormplugin.Transaction(ctx, db, key, nil), sqlock.ErrNilHandle)
+		checkErr(t, gormplugin.Transaction(ctx, db, key, noop, txlock.AlsoLock(advisory.Key{})), advisory.ErrInvalidKey)
 		checkErr(t, gormplugin.Transaction(ctx, db, advisory.Key{}, noop), advisory.ErrInvalidKey)
 	})
 }
@@ -217,7 +218,7 @@ func TestTransactionRefusesSQLite(t *testing.T) {
 		return nil
 	})
 	var ue *gormplugin.UnsupportedError
-	if !errors.Is(err, gormplugin.ErrUnsupported) || !errors.As(err, &ue) || called {
+	if !errors.Is(err, sqlock.ErrUnsupported) || !errors.As(err, &ue) || called {
 		t.Fatalf("error %v (fn called: %v), want *UnsupportedError", err, called)
 	}
 	t.Log(err)

@@ -98,13 +98,25 @@ func (m multi) Observe(ctx context.Context, e Event) {
 }
 
 // Multi returns an Observer that passes each event to every one of obs in
-// order. Nil entries are dropped.
+// order. Nil and Nop entries are dropped and nested Multis are flattened, so
+// that Multi of one observer is that observer and Multi of none is Nop:
+// every package's WithObserver adds its observer with Multi at no cost.
 func Multi(obs ...Observer) Observer {
 	m := make(multi, 0, len(obs))
 	for _, o := range obs {
-		if o != nil {
+		switch o := o.(type) {
+		case nil, Nop:
+		case multi:
+			m = append(m, o...)
+		default:
 			m = append(m, o)
 		}
+	}
+	switch len(m) {
+	case 0:
+		return Nop{}
+	case 1:
+		return m[0]
 	}
 	return m
 }

@@ -79,3 +79,27 @@ func TestSlogNilLoggerUsesDefault(t *testing.T) {
 		t.Fatalf("the default logger got %q", out)
 	}
 }
+
+// TestMultiOfOneIsThatObserver: Multi drops nil and Nop and flattens nested
+// Multis, so that every package's WithObserver can add with Multi at no
+// cost: none is Nop, one is that observer, and each event reaches each
+// observer once.
+func TestMultiOfOneIsThatObserver(t *testing.T) {
+	a, b, c := &recorder{}, &recorder{}, &recorder{}
+	if _, ok := Multi().(Nop); !ok {
+		t.Fatalf("Multi() = %T, want Nop", Multi())
+	}
+	if _, ok := Multi(nil, Nop{}).(Nop); !ok {
+		t.Fatalf("Multi(nil, Nop{}) is not Nop")
+	}
+	if o := Multi(Nop{}, a, nil); o != Observer(a) {
+		t.Fatalf("Multi(Nop{}, a, nil) = %v, want a itself", o)
+	}
+	o := Multi(Multi(Nop{}, a), Multi(b, c), nil)
+	o.Observe(context.Background(), Event{Kind: Retry})
+	for i, r := range []*recorder{a, b, c} {
+		if len(r.events) != 1 {
+			t.Fatalf("observer %d got %d events, want 1", i, len(r.events))
+		}
+	}
+}

@@ -3,13 +3,15 @@ package retry
 import (
 	"context"
 	"errors"
+
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // SQLSTATE codes the default classification knows.
 const (
-	CodeSerializationFailure = "40001"
-	CodeDeadlockDetected     = "40P01"
-	CodeLockNotAvailable     = "55P03"
+	CodeSerializationFailure = pgerr.SerializationFailure // "40001"
+	CodeDeadlockDetected     = pgerr.DeadlockDetected     // "40P01"
+	CodeLockNotAvailable     = pgerr.LockNotAvailable     // "55P03"
 )
 
 // Classifier decides whether err is worth another attempt, and names the
@@ -37,13 +39,7 @@ func Default(err error) (bool, string) {
 // SQLState returns the SQLSTATE of the first error in err's chain that has
 // a SQLState() string method (pgx's *pgconn.PgError, lib/pq's *pq.Error), or
 // "" when there is none.
-func SQLState(err error) string {
-	var s interface{ SQLState() string }
-	if errors.As(err, &s) {
-		return s.SQLState()
-	}
-	return ""
-}
+func SQLState(err error) string { return pgerr.Code(err) }
 
 // permanentError marks an error as not retryable.
 type permanentError struct{ err error }

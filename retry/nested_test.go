@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/sqlxhelpers"
@@ -71,8 +72,8 @@ func TestTxlockRetriesStaleErrors(t *testing.T) {
 				calls++
 				return stale
 			}, txlock.WithRetry(retry.WithBackoff(retry.Constant(0))))
-			if calls != txlock.DefaultMaxAttempts || !errors.Is(err, retry.ErrExhausted) || !errors.Is(err, versioned.ErrStale) {
-				t.Fatalf("%v after %d runs of fn, want exhausted after %d", err, calls, txlock.DefaultMaxAttempts)
+			if calls != lockedtx.DefaultMaxAttempts || !errors.Is(err, retry.ErrExhausted) || !errors.Is(err, versioned.ErrStale) {
+				t.Fatalf("%v after %d runs of fn, want exhausted after %d", err, calls, lockedtx.DefaultMaxAttempts)
 			}
 		})
 	}
@@ -105,8 +106,8 @@ func TestOuterRetryDoesNotMultiplyInnerRetries(t *testing.T) {
 
 	check := func(t *testing.T, err error, outerRuns, fnRuns int) {
 		t.Helper()
-		if outerRuns != 1 || fnRuns != txlock.DefaultMaxAttempts {
-			t.Fatalf("outer ran %d times, fn %d; want 1 and %d", outerRuns, fnRuns, txlock.DefaultMaxAttempts)
+		if outerRuns != 1 || fnRuns != lockedtx.DefaultMaxAttempts {
+			t.Fatalf("outer ran %d times, fn %d; want 1 and %d", outerRuns, fnRuns, lockedtx.DefaultMaxAttempts)
 		}
 		var se *versioned.StaleError
 		if !errors.Is(err, retry.ErrExhausted) || !errors.As(err, &se) || se.Table != "orders" {

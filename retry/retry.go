@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -14,13 +16,6 @@ import (
 // attempt limit or the time limit ran out, or the context ended while
 // waiting to retry.
 var ErrExhausted = errors.New("retry: gave up")
-
-// ErrInvalidOption is matched (errors.Is) by the error Do and every other
-// entry point return, before running anything, when an option is invalid:
-// a limit that is zero or negative, a negative wait. As in every sqlock
-// package, a duration that bounds something must be positive; leave an
-// option out for its default.
-var ErrInvalidOption = errors.New("retry: invalid option")
 
 // Reason says why retrying stopped.
 type Reason uint8
@@ -105,10 +100,10 @@ type exponential struct{ base, max time.Duration }
 // wait is uniform in [0, min(limit, base·2^(n-1))]. Full jitter spreads
 // competing retriers apart, which is what an optimistic hot row needs.
 // A limit below base is raised to base. Both must be positive: WithBackoff
-// of an Exponential with a zero or negative one is an ErrInvalidOption.
+// of an Exponential with a zero or negative one is an [sqlock.ErrInvalidOption].
 func Exponential(base, limit time.Duration) Backoff {
 	if base <= 0 || limit <= 0 {
-		return invalidBackoff{fmt.Errorf("%w: Exponential(%v, %v): base and limit must be positive", ErrInvalidOption, base, limit)}
+		return invalidBackoff{invalidErr("Exponential(%v, %v): base and limit must be positive", base, limit)}
 	}
 	return exponential{base: base, max: max(base, limit)}
 }
@@ -132,10 +127,10 @@ func (e exponential) Delay(n int, r Rand) time.Duration {
 type constant time.Duration
 
 // Constant waits d between attempts, without jitter; zero retries at once.
-// A negative d makes WithBackoff an ErrInvalidOption.
+// A negative d makes WithBackoff an [sqlock.ErrInvalidOption].
 func Constant(d time.Duration) Backoff {
 	if d < 0 {
-		return invalidBackoff{fmt.Errorf("%w: Constant(%v): a wait cannot be negative", ErrInvalidOption, d)}
+		return invalidBackoff{invalidErr("Constant(%v): a wait cannot be negative", d)}
 	}
 	return constant(d)
 }
@@ -148,8 +143,11 @@ const (
 	defaultMax      = 100 * time.Millisecond
 )
 
-// Option configures a retry Policy. An invalid one (see ErrInvalidOption)
-// makes every entry point fail before running anything.
+// Option configures a retry Policy. An invalid one — a limit that is zero
+// or negative, a negative wait — makes Do and every other entry point return
+// an error matching [sqlock.ErrInvalidOption] before running anything. As
+// in every sqlock package, a duration that bounds something must be
+// positive; leave an option out for its default.
 type Option struct {
 	apply func(*Policy)
 	err   error // why the option is invalid; checked without applying it
@@ -158,12 +156,21 @@ type Option struct {
 func option(apply func(*Policy)) Option { return Option{apply: apply} }
 
 func invalid(format string, args ...any) Option {
-	return Option{err: fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)}
+	return Option{err: invalidErr(format, args...)}
+}
+
+// errNilFunc is the error for a nil function: nothing to run.
+var errNilFunc = errs.New(sqlock.ErrNilHandle, "retry: nil function")
+
+// invalidErr is the error of an invalid option: it matches
+// sqlock.ErrInvalidOption.
+func invalidErr(format string, args ...any) error {
+	return errs.New(sqlock.ErrInvalidOption, "retry: invalid option: "+format, args...)
 }
 
 // WithMaxAttempts limits the number of attempts, the first included
 // (default 10). WithMaxAttempts(1) runs once and never retries; n < 1 is an
-// ErrInvalidOption.
+// [sqlock.ErrInvalidOption].
 func WithMaxAttempts(n int) Option {
 	if n < 1 {
 		return invalid("WithMaxAttempts(%d): at least one attempt", n)
@@ -173,7 +180,8 @@ func WithMaxAttempts(n int) Option {
 
 // WithMaxElapsed stops retrying when the next wait would end more than d
 // after Do started. Without it there is no time limit; the context's
-// deadline applies in any case. A zero or negative d is an ErrInvalidOption.
+// deadline applies in any case. A zero or negative d is an
+// [sqlock.ErrInvalidOption].
 func WithMaxElapsed(d time.Duration) Option {
 	if d <= 0 {
 		return invalid("WithMaxElapsed(%v): a time limit must be positive", d)
@@ -207,9 +215,10 @@ func WithRand(r Rand) Option {
 }
 
 // WithObserver reports each retry (observe.Retry with the attempt, the
-// cause and the wait) to o.
+// cause and the wait) to o. Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return option(func(p *Policy) { p.observer = observe.OrNop(o) })
+	return option(func(p *Policy) { p.observer = observe.Multi(p.observer, o) })
 }
 
 // WithClassifier replaces the whole classification, Default included. The
@@ -296,9 +305,13 @@ func optionsErr(opts []Option) error {
 
 // Do runs fn until it succeeds, fails with an error that is not retryable,
 // or the limits run out. See the package documentation for what is retried.
+// A nil fn is refused with an error matching [sqlock.ErrNilHandle].
 func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) error {
 	if err := optionsErr(opts); err != nil {
 		return err
+	}
+	if fn == nil {
+		return errNilFunc
 	}
 	start := clockIf(len(opts) > 0) // only an option can set a time limit
 	err := fn(ctx)
@@ -317,6 +330,10 @@ func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), op
 		var zero T
 		return zero, err
 	}
+	if fn == nil {
+		var zero T
+		return zero, errNilFunc
+	}
 	start := clockIf(len(opts) > 0)
 	v, err := fn(ctx)
 	if err == nil {
@@ -331,6 +348,9 @@ func DoValue[T any](ctx context.Context, fn func(context.Context) (T, error), op
 func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 	if p.err != nil {
 		return p.err
+	}
+	if fn == nil {
+		return errNilFunc
 	}
 	start := clockIf(p.elapsed > 0)
 	err := fn(ctx)
@@ -347,6 +367,9 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 //	receipt, err := getAndPay(ctx, orderID)
 func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option) func(context.Context, In) (Out, error) {
 	p := New(opts...)
+	if p.err == nil && f == nil {
+		p.err = errNilFunc
+	}
 	return func(ctx context.Context, in In) (Out, error) {
 		if p.err != nil {
 			var zero Out
@@ -364,6 +387,9 @@ func Wrap[In, Out any](f func(context.Context, In) (Out, error), opts ...Option)
 // WrapErr is Wrap for methods that return only an error.
 func WrapErr[In any](f func(context.Context, In) error, opts ...Option) func(context.Context, In) error {
 	p := New(opts...)
+	if p.err == nil && f == nil {
+		p.err = errNilFunc
+	}
 	return func(ctx context.Context, in In) error {
 		if p.err != nil {
 			return p.err

@@ -10,9 +10,9 @@
 //     version; [Columns] limits the assigned columns.
 //   - [Helper.NamedExec] runs your own named UPDATE or DELETE with the
 //     version bump and a version guard added to its top-level WHERE.
-//   - [Do] and [DoKeys] (and the Helper methods of the same names) run a
-//     function in a transaction that holds pg_advisory_xact_lock on keys,
-//     with package txlock's semantics and retries.
+//   - [Do] (and [Helper.Do]) runs a function in a transaction that holds
+//     pg_advisory_xact_lock on a key (and txlock.AlsoLock's), with
+//     txlock.Do's semantics and retries.
 //
 // It promises:
 //

@@ -45,9 +45,11 @@ func WithBindType(bindType int) Option {
 }
 
 // WithObserver reports each stale write (observe.Stale, Source
-// "versioned", as package versioned reports its own) to o. The default does nothing.
+// "versioned", as package versioned reports its own) to o. The default does
+// nothing. Several WithObserver options add up ([observe.Multi]); a nil o
+// adds nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) { c.observer = observe.OrNop(o) }
+	return func(c *config) { c.observer = observe.Multi(c.observer, o) }
 }
 
 // WithCacheSize bounds how many rewritten statements (and, separately, how

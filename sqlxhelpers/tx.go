@@ -7,6 +7,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/txlock"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -16,37 +17,32 @@ type Beginner interface {
 	BeginTxx(ctx context.Context, opts *sql.TxOptions) (*sqlx.Tx, error)
 }
 
-// Do runs fn in a transaction that holds pg_advisory_xact_lock on key from
+// Do runs fn in a transaction that holds pg_advisory_xact_lock on key (and
+// on the keys of txlock.AlsoLock, all in txlock's canonical order) from
 // before fn's first statement until COMMIT or ROLLBACK, with package
-// txlock's semantics: the wait is bounded (txlock.WithTimeout; a wait that
-// runs out is a *txlock.LockError matching txlock.ErrTimeout and fn does not
-// run), the whole transaction — fn included — is retried on serialization
-// failures, deadlocks and stale versioned writes, a COMMIT whose outcome is
-// unknown is a *txlock.AmbiguousCommitError and is never retried, and fn's
-// own error rolls back and is returned as it is. fn must be safe to run
-// more than once: re-read inside it what it depends on.
+// txlock's semantics, as txlock.Do: the wait is bounded (txlock.WithTimeout;
+// a wait that runs out is an error matching txlock.ErrTimeout and fn does
+// not run), the whole transaction — fn included — is retried on
+// serialization failures, deadlocks and stale versioned writes, a COMMIT
+// whose outcome is unknown is an error matching txlock.ErrAmbiguousCommit
+// and is never retried, and fn's own error rolls back and is returned as it
+// is. fn must be safe to run more than once: re-read inside it what it
+// depends on. A nil db or fn is an error matching sqlock.ErrNilHandle.
 //
 // Inside fn, a locked transaction or an advisory lock on a key fn holds,
 // asked for with fn's context through the same *sql.DB, would wait for its
 // own caller; it is refused at once with an error matching
 // txlock.ErrAlreadyHeld (advisory.ErrAlreadyHeld for an advisory lock).
 //
-// It is txlock.RunOn with a *sqlx.Tx; db is a *sqlx.DB or a *sqlx.Conn. On a
-// *sqlx.DB whose *sql.DB was opened by txlock.OpenDB, BEGIN carries the lock
-// and the transaction costs no extra round trip.
+// db is a *sqlx.DB or a *sqlx.Conn. On a *sqlx.DB whose *sql.DB was opened
+// by txlock.OpenDB, BEGIN carries the lock and the transaction costs no
+// extra round trip.
 func Do(ctx context.Context, db Beginner, key advisory.Key, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...txlock.Option) error {
-	return DoKeys(ctx, db, []advisory.Key{key}, fn, opts...)
-}
-
-// DoKeys is Do with several keys, locked in txlock's canonical order (so
-// transactions asking for overlapping sets in any order cannot deadlock on
-// each other's locks).
-func DoKeys(ctx context.Context, db Beginner, keys []advisory.Key, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...txlock.Option) error {
 	if isNil(db) {
-		return txlock.ErrNilDB
+		return lockedtx.ErrNilDB
 	}
 	if fn == nil {
-		return txlock.ErrNilFunc
+		return lockedtx.ErrNilFunc
 	}
 	// The *sql.DB (or *sql.Conn) names the database for txlock's check
 	// against waiting on one's own locks, as txlock.Do on it would.
@@ -57,31 +53,26 @@ func DoKeys(ctx context.Context, db Beginner, keys []advisory.Key, fn func(ctx c
 	case *sqlx.Conn:
 		pool = d.Conn
 	}
-	return txlock.RunOn(ctx, pool, keys, func(ctx context.Context, a *txlock.Attempt) (*sqlx.Tx, txlock.Tx, error) {
-		tx, err := db.BeginTxx(ctx, a.TxOptions())
+	return lockedtx.Run(ctx, pool, key, func(ctx context.Context, a *lockedtx.Attempt) (*sqlx.Tx, lockedtx.Tx, bool, error) {
+		tx, folded, err := lockedtx.BeginSQL(ctx, a, db.BeginTxx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
-		return tx, txlock.SQLTx(tx.Tx), nil
-	}, fn, opts...)
+		return tx, lockedtx.SQLTx(tx.Tx), folded, nil
+	}, fn, opts)
 }
 
 // Do is the package-level Do on h's handle (its *sqlx.DB, or the
 // *sqlx.Conn given to On). Inside fn, h.On(tx) runs the versioned helpers
 // in the transaction; a stale write there retries the whole transaction.
 func (h *Helper) Do(ctx context.Context, key advisory.Key, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...txlock.Option) error {
-	return h.DoKeys(ctx, []advisory.Key{key}, fn, opts...)
-}
-
-// DoKeys is Do with several keys.
-func (h *Helper) DoKeys(ctx context.Context, keys []advisory.Key, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...txlock.Option) error {
 	if isNil(h.ex) {
-		return txlock.ErrNilDB
+		return lockedtx.ErrNilDB
 	}
 	b, ok := h.ex.(Beginner)
 	if !ok {
 		return &versioned.InputError{Op: "transaction", Arg: "db",
 			Reason: fmt.Sprintf("%T cannot begin a transaction (use a *sqlx.DB or *sqlx.Conn)", h.ex), Kind: versioned.ErrInvalidArg}
 	}
-	return DoKeys(ctx, b, keys, fn, opts...)
+	return Do(ctx, b, key, fn, opts...)
 }

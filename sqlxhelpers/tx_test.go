@@ -12,7 +12,9 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jmoiron/sqlx"
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/sqlxhelpers"
@@ -124,7 +126,7 @@ func TestLockedTxTimeoutAndRollback(t *testing.T) {
 			ran = true
 			return nil
 		}, txlock.WithTimeout(50*time.Millisecond))
-		var le *txlock.LockError
+		var le *lockedtx.LockError
 		if !errors.Is(err, txlock.ErrTimeout) || !errors.As(err, &le) || ran {
 			t.Fatalf("held key: %v (ran %v)", err, ran)
 		}
@@ -200,8 +202,8 @@ func TestLockedTxOnConnAndFolded(t *testing.T) {
 	}
 }
 
-// TestLockedTxAmbiguousCommit: a COMMIT that gets no answer is a
-// *txlock.AmbiguousCommitError, and the transaction is not run again.
+// TestLockedTxAmbiguousCommit: a COMMIT that gets no answer is an
+// error matching txlock.ErrAmbiguousCommit, and the transaction is not run again.
 func TestLockedTxAmbiguousCommit(t *testing.T) {
 	raw, mock, err := sqlmock.New()
 	if err != nil {
@@ -227,14 +229,14 @@ func TestLockedTxAmbiguousCommit(t *testing.T) {
 		t.Error(err)
 	}
 	// Nil handles and functions are refused.
-	if err := sqlxhelpers.Do(context.Background(), nil, advisory.KeyInt(1), func(context.Context, *sqlx.Tx) error { return nil }); !errors.Is(err, txlock.ErrNilDB) {
+	if err := sqlxhelpers.Do(context.Background(), nil, advisory.KeyInt(1), func(context.Context, *sqlx.Tx) error { return nil }); !errors.Is(err, sqlock.ErrNilHandle) {
 		t.Errorf("nil db: %v", err)
 	}
-	if err := h.Do(context.Background(), advisory.KeyInt(1), nil); !errors.Is(err, txlock.ErrNilFunc) {
+	if err := h.Do(context.Background(), advisory.KeyInt(1), nil); !errors.Is(err, sqlock.ErrNilHandle) {
 		t.Errorf("nil fn: %v", err)
 	}
 	var nilDB *sqlx.DB
-	if err := sqlxhelpers.DoKeys(context.Background(), nilDB, []advisory.Key{advisory.KeyInt(1)}, func(context.Context, *sqlx.Tx) error { return nil }); !errors.Is(err, txlock.ErrNilDB) {
+	if err := sqlxhelpers.Do(context.Background(), nilDB, advisory.KeyInt(1), func(context.Context, *sqlx.Tx) error { return nil }); !errors.Is(err, sqlock.ErrNilHandle) {
 		t.Errorf("nil *sqlx.DB: %v", err)
 	}
 }

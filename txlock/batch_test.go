@@ -32,7 +32,7 @@ func TestLockStatementsPrepared(t *testing.T) {
 			for i := range n {
 				for _, keys := range [][]advisory.Key{{advisory.KeyInt(int64(i))}, {advisory.KeyPair(1, int32(i)), advisory.KeyInt(7)}} {
 					for _, opts := range [][]txlock.Option{nil, {txlock.TryOnce()}} {
-						err := txlock.DoPgxKeys(ctx, conn, keys, func(ctx context.Context, tx pgx.Tx) error {
+						err := doPgxKeys(ctx, conn, keys, func(ctx context.Context, tx pgx.Tx) error {
 							var n int
 							err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 								WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&n)

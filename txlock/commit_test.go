@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/txlock"
@@ -123,7 +124,7 @@ func writeSkew(ctx context.Context, t *testing.T, admin *pgxpool.Pool, tx q) err
 
 // A COMMIT whose outcome is unknown — the session ended (FATAL) while
 // committing, or the context ended while COMMIT was waiting — is an
-// *AmbiguousCommitError (errors.Is ErrAmbiguousCommit, Permanent), and it
+// error matching ErrAmbiguousCommit (retry.IsPermanent), and it
 // is never retried, even with a policy that would retry anything. The test
 // logs what really happened: both outcomes occur, which is why the error
 // cannot say.
@@ -205,7 +206,7 @@ func waitIdle(t *testing.T, admin *pgxpool.Pool) {
 
 func checkAmbiguous(t *testing.T, err error, calls int) {
 	t.Helper()
-	var amb *txlock.AmbiguousCommitError
+	var amb *lockedtx.AmbiguousCommitError
 	if !errors.As(err, &amb) || !errors.Is(err, txlock.ErrAmbiguousCommit) || !retry.IsPermanent(err) {
 		t.Fatalf("got %v (%T), want an ambiguous commit", err, err)
 	}

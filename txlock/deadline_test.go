@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
@@ -32,7 +33,7 @@ func backendPID(t *testing.T, be backend, key advisory.Key) int64 {
 
 // A wait whose bound the caller's deadline sets ends on the server
 // (lock_timeout, SQLSTATE 55P03) before the deadline cuts anything: the
-// caller gets a *LockError matching ErrTimeout and
+// caller gets an error matching ErrTimeout and
 // context.DeadlineExceeded, it is not retried even under
 // RetryLockTimeout, and the connection survives — the next transaction
 // runs on the same server backend (one connection in use at a time, so
@@ -56,9 +57,9 @@ func TestDeadlineEndsWaitOnServerAndKeepsConnection(t *testing.T) {
 			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
 				txlock.WithTimeout(time.Hour), txlock.WithObserver(&evs), txlock.WithRetry(retry.RetryLockTimeout()))
 			elapsed := time.Since(start)
-			var le *txlock.LockError
+			var le *lockedtx.LockError
 			if !errors.As(err, &le) || !errors.Is(err, txlock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || ran {
-				t.Fatalf("got %v (fn ran: %v), want a *LockError matching ErrTimeout and context.DeadlineExceeded", err, ran)
+				t.Fatalf("got %v (fn ran: %v), want an error matching ErrTimeout and context.DeadlineExceeded", err, ran)
 			}
 			if retry.SQLState(err) != "55P03" {
 				t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", err)
@@ -86,7 +87,7 @@ func TestDeadlineEndsWaitOnServerAndKeepsConnection(t *testing.T) {
 }
 
 // When the caller's deadline leaves no time to wait, the call returns the
-// typed timeout at once — a *LockError matching ErrTimeout and
+// typed timeout at once — an error matching ErrTimeout and
 // context.DeadlineExceeded with no server error, as nothing was sent —
 // and fn does not run.
 func TestDeadlineTooCloseReturnsTimeoutAtOnce(t *testing.T) {
@@ -101,7 +102,7 @@ func TestDeadlineTooCloseReturnsTimeoutAtOnce(t *testing.T) {
 			ran := false
 			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
 				txlock.WithObserver(&evs))
-			var le *txlock.LockError
+			var le *lockedtx.LockError
 			if ctx.Err() != nil && !errors.As(err, &le) {
 				// The machine was slower than half a millisecond before
 				// the first check: the context had already ended.
@@ -111,7 +112,7 @@ func TestDeadlineTooCloseReturnsTimeoutAtOnce(t *testing.T) {
 				return
 			}
 			if !errors.As(err, &le) || !errors.Is(err, txlock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || ran {
-				t.Fatalf("got %v (fn ran: %v), want a *LockError matching ErrTimeout and context.DeadlineExceeded", err, ran)
+				t.Fatalf("got %v (fn ran: %v), want an error matching ErrTimeout and context.DeadlineExceeded", err, ran)
 			}
 			if le.Err != nil {
 				t.Fatalf("got %v: a server error, want nothing sent", err)

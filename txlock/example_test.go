@@ -79,7 +79,7 @@ func ExampleDoPgx() {
 // A transfer locks both accounts. Whatever order callers name them in, the
 // locks are taken in one canonical order, so two opposite transfers cannot
 // deadlock.
-func ExampleDoKeys() {
+func ExampleAlsoLock() {
 	ctx := context.Background()
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -88,14 +88,13 @@ func ExampleDoKeys() {
 	defer db.Close()
 
 	from, to, amount := int32(1), int32(2), 500
-	keys := []advisory.Key{advisory.KeyPair(10, from), advisory.KeyPair(10, to)}
-	err = txlock.DoKeys(ctx, db, keys, func(ctx context.Context, tx *sql.Tx) error {
+	err = txlock.Do(ctx, db, advisory.KeyPair(10, from), func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, to)
 		return err
-	})
+	}, txlock.AlsoLock(advisory.KeyPair(10, to)))
 	if err != nil {
 		log.Print(err)
 	}
@@ -158,46 +157,6 @@ func ExampleWithRetry() {
 		return err
 	}, txlock.WithTimeout(500*time.Millisecond),
 		txlock.WithRetry(retry.RetryLockTimeout(), retry.WithMaxAttempts(10)))
-	if err != nil {
-		log.Print(err)
-	}
-}
-
-// Order is a transaction type of some library built on database/sql, the
-// way sqlx's *sqlx.Tx embeds *sql.Tx.
-type Order struct{ *sql.Tx }
-
-// DoOrder is all the adapter such a library needs: Run does the locks,
-// COMMIT/ROLLBACK, retries and error classification. RunOn is Run naming
-// the pool, so that a nested request on a key fn holds is refused with
-// ErrAlreadyHeld instead of waiting for itself.
-func DoOrder(ctx context.Context, db *sql.DB, key advisory.Key, fn func(context.Context, Order) error, opts ...txlock.Option) error {
-	if db == nil {
-		return txlock.ErrNilDB
-	}
-	return txlock.RunOn(ctx, db, []advisory.Key{key}, func(ctx context.Context, a *txlock.Attempt) (Order, txlock.Tx, error) {
-		tx, err := db.BeginTx(ctx, a.TxOptions())
-		if err != nil {
-			return Order{}, nil, err
-		}
-		return Order{tx}, txlock.SQLTx(tx), nil
-	}, fn, opts...)
-}
-
-// Run (here RunOn), the engine behind Do and DoPgx, for a transaction type
-// of one's own.
-func ExampleRun() {
-	ctx := context.Background()
-	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-
-	err = DoOrder(ctx, db, advisory.KeyOf("order:99"), func(ctx context.Context, o Order) error {
-		_, err := o.ExecContext(ctx, "UPDATE orders SET state = 'paid' WHERE id = 99 AND state = 'open'")
-		return err
-	})
 	if err != nil {
 		log.Print(err)
 	}

@@ -23,6 +23,25 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// doKeys and doPgxKeys lock a set of keys: the first as the call's key, the
+// others through AlsoLock.
+func doKeys(ctx context.Context, db txlock.DB, keys []advisory.Key, fn func(context.Context, *sql.Tx) error, opts ...txlock.Option) error {
+	key, opts := keyOpts(keys, opts)
+	return txlock.Do(ctx, db, key, fn, opts...)
+}
+
+func doPgxKeys(ctx context.Context, db txlock.PgxDB, keys []advisory.Key, fn func(context.Context, pgx.Tx) error, opts ...txlock.Option) error {
+	key, opts := keyOpts(keys, opts)
+	return txlock.DoPgx(ctx, db, key, fn, opts...)
+}
+
+func keyOpts(keys []advisory.Key, opts []txlock.Option) (advisory.Key, []txlock.Option) {
+	if len(keys) > 1 {
+		opts = append([]txlock.Option{txlock.AlsoLock(keys[1:]...)}, opts...)
+	}
+	return keys[0], opts
+}
+
 // noLeaks checks, when the test and all its cleanups are done, that no
 // goroutine it started is left. Call it first, so that its cleanup runs
 // last (after pools and databases are closed).
@@ -102,7 +121,7 @@ func backendsFor(t *testing.T, dsn string, names ...string) []backend {
 		}
 		t.Cleanup(pool.Close)
 		out = append(out, backend{bePgxPool, func(ctx context.Context, keys []advisory.Key, fn func(context.Context, q) error, opts ...txlock.Option) error {
-			return txlock.DoPgxKeys(ctx, pool, keys, func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, pgxQ{tx}) }, opts...)
+			return doPgxKeys(ctx, pool, keys, func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, pgxQ{tx}) }, opts...)
 		}, func() int { return int(pool.Stat().TotalConns()) }})
 	}
 	if want(bePgxConn) {
@@ -115,7 +134,7 @@ func backendsFor(t *testing.T, dsn string, names ...string) []backend {
 		out = append(out, backend{bePgxConn, func(ctx context.Context, keys []advisory.Key, fn func(context.Context, q) error, opts ...txlock.Option) error {
 			mu.Lock()
 			defer mu.Unlock()
-			return txlock.DoPgxKeys(ctx, conn, keys, func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, pgxQ{tx}) }, opts...)
+			return doPgxKeys(ctx, conn, keys, func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, pgxQ{tx}) }, opts...)
 		}, func() int {
 			if conn.IsClosed() {
 				return 0
@@ -127,7 +146,7 @@ func backendsFor(t *testing.T, dsn string, names ...string) []backend {
 		h.SetMaxOpenConns(8)
 		h.SetMaxIdleConns(8)
 		return backend{name, func(ctx context.Context, keys []advisory.Key, fn func(context.Context, q) error, opts ...txlock.Option) error {
-			return txlock.DoKeys(ctx, h, keys, func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, sqlQ{tx}) }, opts...)
+			return doKeys(ctx, h, keys, func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, sqlQ{tx}) }, opts...)
 		}, func() int { return h.Stats().OpenConnections }}
 	}
 	if want(beSQL) || want(beFold) {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
@@ -43,7 +44,7 @@ func TestTimeout(t *testing.T) {
 			if !errors.Is(err, txlock.ErrTimeout) || errors.Is(err, txlock.ErrNotAcquired) {
 				t.Fatalf("got %v, want ErrTimeout", err)
 			}
-			var le *txlock.LockError
+			var le *lockedtx.LockError
 			if !errors.As(err, &le) || le.Timeout != 50*time.Millisecond || len(le.Keys) != 2 || le.Wait < 50*time.Millisecond {
 				t.Fatalf("LockError %+v", le)
 			}
@@ -371,6 +372,31 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 			}
 			h.release()
 			waitNoLocks(t, admin)
+		})
+	}
+}
+
+// A timeout and a try-once refusal mean the same as advisory's: each
+// matches advisory's sentinel of the same name (and not the other one), so
+// a caller that handles advisory.ErrTimeout handles txlock's too.
+func TestErrorsMatchAdvisorySentinels(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	key := advisory.KeyOf("same-meaning")
+	h := holdLocks(t, db, false, key)
+	defer h.release()
+	for _, be := range backends(t, db, bePgxPool, beFold) {
+		t.Run(be.name, func(t *testing.T) {
+			noop := func(context.Context, q) error { return nil }
+			err := be.do(ctx, []advisory.Key{key}, noop, txlock.WithTimeout(20*time.Millisecond), txlock.WithoutRetry())
+			if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, txlock.ErrTimeout) || errors.Is(err, advisory.ErrNotAcquired) {
+				t.Fatalf("timeout: %v", err)
+			}
+			err = be.do(ctx, []advisory.Key{key}, noop, txlock.TryOnce())
+			if !errors.Is(err, advisory.ErrNotAcquired) || !errors.Is(err, txlock.ErrNotAcquired) || errors.Is(err, advisory.ErrTimeout) {
+				t.Fatalf("try-once: %v", err)
+			}
 		})
 	}
 }

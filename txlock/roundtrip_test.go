@@ -170,17 +170,17 @@ func TestRoundTrips(t *testing.T) {
 		{"pgx DoPgx shared", pgxLocked(txlock.Shared()), 3},
 		{"pgx DoPgx try-once", pgxLocked(txlock.TryOnce()), 3},
 		{"pgx DoPgx serializable read write", pgxLocked(txlock.WithPgxTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadWrite})), 3},
-		{"pgx DoPgxKeys 3 keys", func() error { return txlock.DoPgxKeys(ctx, pool, keys, pgxFn) }, 3},
+		{"pgx DoPgx 3 keys (AlsoLock)", func() error { return doPgxKeys(ctx, pool, keys, pgxFn) }, 3},
 		{"pgx DoPgx own BeginQuery", pgxLocked(txlock.WithPgxTxOptions(pgx.TxOptions{BeginQuery: "BEGIN"})), 4},
 		{"pgx other PgxDB", func() error { return txlock.DoPgx(ctx, wrappedPool{pool}, key, pgxFn) }, 4},
 		{"database/sql unlocked", sqlUnlocked(plain), 3},
 		{"database/sql Do", sqlLocked(plain), 4},
-		{"database/sql Do 3 keys", func() error { return txlock.DoKeys(ctx, plain, keys, sqlFn) }, 4},
+		{"database/sql Do 3 keys (AlsoLock)", func() error { return doKeys(ctx, plain, keys, sqlFn) }, 4},
 		{"OpenDB unlocked", sqlUnlocked(fold), 3},
 		{"OpenDB Do", sqlLocked(fold), 3},
 		{"OpenDB Do serializable", sqlLocked(fold, txlock.WithTxOptions(&sqlSerializable)), 3},
 		{"OpenDB Do try-once", sqlLocked(fold, txlock.TryOnce()), 3},
-		{"OpenDB DoKeys 3 keys", func() error { return txlock.DoKeys(ctx, fold, keys, sqlFn) }, 3},
+		{"OpenDB Do 3 keys (AlsoLock)", func() error { return doKeys(ctx, fold, keys, sqlFn) }, 3},
 	} {
 		// Warm up: connections dialled, UPDATE prepared and cached.
 		for range 2 {

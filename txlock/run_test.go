@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
@@ -25,21 +27,23 @@ type wrapperTx struct {
 	attempt int
 }
 
-// doWrapper is the whole adapter such a library needs on top of Run.
+// doWrapper is the whole adapter such a library needs on top of the
+// engine (as gormplugin and sqlxhelpers are).
 func doWrapper(ctx context.Context, db *sql.DB, keys []advisory.Key, fn func(context.Context, *wrapperTx) error, opts ...txlock.Option) error {
 	if db == nil {
-		return txlock.ErrNilDB
+		return lockedtx.ErrNilDB
 	}
-	return txlock.Run(ctx, keys, func(ctx context.Context, a *txlock.Attempt) (*wrapperTx, txlock.Tx, error) {
-		tx, err := db.BeginTx(ctx, a.TxOptions())
+	key, opts := keyOpts(keys, opts)
+	return lockedtx.Run(ctx, nil, key, func(ctx context.Context, a *lockedtx.Attempt) (*wrapperTx, lockedtx.Tx, bool, error) {
+		tx, folded, err := lockedtx.BeginSQL(ctx, a, db.BeginTx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
-		return &wrapperTx{tx, a.Number()}, txlock.SQLTx(tx), nil
-	}, fn, opts...)
+		return &wrapperTx{tx, a.Number()}, lockedtx.SQLTx(tx), folded, nil
+	}, fn, opts)
 }
 
-// A thin adapter over Run gets the same semantics: locks (folded into
+// A thin adapter over the engine gets the same semantics: locks (folded into
 // BEGIN on an OpenDB handle), fn's errors, retries with fresh transactions,
 // timeouts.
 func TestRunAdapter(t *testing.T) {
@@ -79,7 +83,7 @@ func TestRunAdapter(t *testing.T) {
 		}
 		h2.release()
 	}
-	if err := doWrapper(ctx, nil, keys, func(context.Context, *wrapperTx) error { return nil }); !errors.Is(err, txlock.ErrNilDB) {
+	if err := doWrapper(ctx, nil, keys, func(context.Context, *wrapperTx) error { return nil }); !errors.Is(err, sqlock.ErrNilHandle) {
 		t.Fatal(err)
 	}
 }

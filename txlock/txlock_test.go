@@ -16,7 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
@@ -65,36 +67,37 @@ func TestBadInput(t *testing.T) {
 		err  error
 		call func() error
 	}{
-		{"sql nil interface", txlock.ErrNilDB, func() error { return txlock.Do(ctx, nil, key, sqlFn) }},
-		{"sql typed nil", txlock.ErrNilDB, func() error { return txlock.Do(ctx, nilDB, key, sqlFn) }},
-		{"sql nil fn", txlock.ErrNilFunc, func() error { return txlock.Do(ctx, sqlDB, key, nil) }},
-		{"sql no keys", txlock.ErrNoKeys, func() error { return txlock.DoKeys(ctx, sqlDB, nil, sqlFn) }},
+		{"sql nil interface", sqlock.ErrNilHandle, func() error { return txlock.Do(ctx, nil, key, sqlFn) }},
+		{"sql typed nil", sqlock.ErrNilHandle, func() error { return txlock.Do(ctx, nilDB, key, sqlFn) }},
+		{"sql nil fn", sqlock.ErrNilHandle, func() error { return txlock.Do(ctx, sqlDB, key, nil) }},
 		{"sql zero key", advisory.ErrInvalidKey, func() error { return txlock.Do(ctx, sqlDB, advisory.Key{}, sqlFn) }},
 		{"sql empty string key", advisory.ErrInvalidKey, func() error { return txlock.Do(ctx, sqlDB, advisory.KeyOf(""), sqlFn) }},
 		{"sql one bad key of two", advisory.ErrInvalidKey, func() error {
-			return txlock.DoKeys(ctx, sqlDB, []advisory.Key{key, {}}, sqlFn)
+			return doKeys(ctx, sqlDB, []advisory.Key{key, {}}, sqlFn)
 		}},
-		{"pgx nil interface", txlock.ErrNilDB, func() error { return txlock.DoPgx(ctx, nil, key, pgxFn) }},
-		{"pgx nil pool", txlock.ErrNilDB, func() error { return txlock.DoPgx(ctx, nilPool, key, pgxFn) }},
-		{"pgx nil conn", txlock.ErrNilDB, func() error { return txlock.DoPgx(ctx, nilConn, key, pgxFn) }},
-		{"pgx nil fn", txlock.ErrNilFunc, func() error { return txlock.DoPgx(ctx, pool, key, nil) }},
-		{"pgx no keys", txlock.ErrNoKeys, func() error { return txlock.DoPgxKeys(ctx, pool, []advisory.Key{}, pgxFn) }},
+		{"pgx nil interface", sqlock.ErrNilHandle, func() error { return txlock.DoPgx(ctx, nil, key, pgxFn) }},
+		{"pgx nil pool", sqlock.ErrNilHandle, func() error { return txlock.DoPgx(ctx, nilPool, key, pgxFn) }},
+		{"pgx nil conn", sqlock.ErrNilHandle, func() error { return txlock.DoPgx(ctx, nilConn, key, pgxFn) }},
+		{"pgx nil fn", sqlock.ErrNilHandle, func() error { return txlock.DoPgx(ctx, pool, key, nil) }},
+		{"pgx zero key among AlsoLock's", advisory.ErrInvalidKey, func() error {
+			return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.AlsoLock(advisory.KeyInt(3), advisory.Key{}))
+		}},
 		{"pgx zero key", advisory.ErrInvalidKey, func() error { return txlock.DoPgx(ctx, pool, advisory.Key{}, pgxFn) }},
-		{"pgx bad isolation", txlock.ErrTxOptions, func() error {
+		{"pgx bad isolation", sqlock.ErrInvalidOption, func() error {
 			return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithPgxTxOptions(pgx.TxOptions{IsoLevel: "serializable; DROP TABLE t"}))
 		}},
 		// A timeout must be positive, as every timeout option of the
 		// library: zero and negative are refused, never "wait forever".
-		{"sql zero timeout", txlock.ErrInvalidOption, func() error { return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(0)) }},
-		{"sql negative timeout", advisory.ErrInvalidOption, func() error {
+		{"sql zero timeout", sqlock.ErrInvalidOption, func() error { return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(0)) }},
+		{"sql negative timeout", sqlock.ErrInvalidOption, func() error {
 			return txlock.Do(ctx, sqlDB, key, sqlFn, txlock.WithTimeout(-time.Second))
 		}},
-		{"pgx zero timeout", txlock.ErrInvalidOption, func() error { return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(0)) }},
-		{"pgx negative timeout with TryOnce", txlock.ErrInvalidOption, func() error {
+		{"pgx zero timeout", sqlock.ErrInvalidOption, func() error { return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(0)) }},
+		{"pgx negative timeout with TryOnce", sqlock.ErrInvalidOption, func() error {
 			return txlock.DoPgx(ctx, pool, key, pgxFn, txlock.WithTimeout(-1), txlock.TryOnce())
 		}},
-		{"run nil begin", txlock.ErrNilFunc, func() error {
-			return txlock.Run[int](ctx, []advisory.Key{key}, nil, func(context.Context, int) error { return nil })
+		{"engine nil begin", sqlock.ErrNilHandle, func() error {
+			return lockedtx.Run[int, txlock.Option](ctx, nil, key, nil, func(context.Context, int) error { return nil }, nil)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,7 +303,7 @@ func TestErrorsNameTheKeyText(t *testing.T) {
 			nop := func(context.Context, q) error { return nil }
 			for _, opt := range []txlock.Option{txlock.TryOnce(), txlock.WithTimeout(time.Millisecond)} {
 				err := be.do(ctx, []advisory.Key{key}, nop, opt)
-				var le *txlock.LockError
+				var le *lockedtx.LockError
 				if !errors.As(err, &le) || !strings.Contains(err.Error(), name) {
 					t.Errorf("error %v does not name %s", err, name)
 				}

@@ -81,9 +81,10 @@ func WithProbe() Option { return func(c *config) { c.probe = true } }
 func WithZeroKey() Option { return func(c *config) { c.zeroKey = true } }
 
 // WithObserver reports each stale write (observe.Stale, Source
-// "versioned") to o. The default does nothing.
+// "versioned") to o. The default does nothing. Several WithObserver options add up ([observe.Multi]); a nil o adds
+// nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) { c.observer = observe.OrNop(o) }
+	return func(c *config) { c.observer = observe.Multi(c.observer, o) }
 }
 
 // Table is a versioned table: its name, key columns, version column and

@@ -16,6 +16,7 @@ import (
 	_ "github.com/lib/pq"
 	"go.uber.org/goleak"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/sqlxhelpers"
@@ -103,7 +104,7 @@ func handles(t *testing.T, db *pgtest.DB) []handle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []advisory.Option{advisory.WithWaitTimeout(time.Minute)}
+	opts := []advisory.Option{advisory.WithTimeout(time.Minute)}
 	onSQLDB := func(name, driver string, h *sql.DB) handle {
 		t.Cleanup(func() { h.Close() })
 		h.SetMaxOpenConns(8)
@@ -295,7 +296,7 @@ func waitNoLocks(t *testing.T, admin *pgxpool.Pool) {
 
 // TestTimeoutOptionsShareOneMeaning: every timeout option of the library
 // takes a positive bound and nothing else. Zero and negative durations are
-// refused with an error matching advisory.ErrInvalidOption (txlock's
+// refused with an error matching sqlock.ErrInvalidOption (txlock's
 // ErrInvalidOption wraps it) before anything is sent — never read as "wait
 // forever" or "the default" — and a positive one is accepted.
 func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
@@ -305,8 +306,8 @@ func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
 	ctx := context.Background()
 	key := advisory.KeyOf("timeout-meaning")
 	uses := map[string]func(d time.Duration) error{
-		"advisory.WithWaitTimeout": func(d time.Duration) error {
-			return advisory.New(h, advisory.WithWaitTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
+		"advisory.WithTimeout": func(d time.Duration) error {
+			return advisory.New(h, advisory.WithTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
 		},
 		"advisory.WithUnlockTimeout": func(d time.Duration) error {
 			return advisory.NewPool(pool, advisory.WithUnlockTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
@@ -325,8 +326,8 @@ func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
 		for _, d := range []time.Duration{0, -time.Nanosecond, -time.Second} {
 			before := h.Stats().OpenConnections + int(pool.Stat().TotalConns())
 			err := use(d)
-			if !errors.Is(err, advisory.ErrInvalidOption) {
-				t.Errorf("%s(%v): %v, want an error matching advisory.ErrInvalidOption", name, d, err)
+			if !errors.Is(err, sqlock.ErrInvalidOption) {
+				t.Errorf("%s(%v): %v, want an error matching sqlock.ErrInvalidOption", name, d, err)
 			}
 			if after := h.Stats().OpenConnections + int(pool.Stat().TotalConns()); after != before {
 				t.Errorf("%s(%v): a connection was opened for a refused option", name, d)

@@ -84,7 +84,7 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 
 	retries := &retryCounter{}
 	key := advisory.KeyOf("contention:hot-1")
-	locker := advisory.NewPool(pool, advisory.WithWaitTimeout(time.Minute))
+	locker := advisory.NewPool(pool, advisory.WithTimeout(time.Minute))
 	table := versioned.MustTable("hot")
 	var increment func(ctx context.Context) error
 	switch mode {

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/retry"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/txlock"
 )
 
@@ -504,7 +504,7 @@ func (t *tally) add(err error, updated bool) {
 	switch {
 	case errors.Is(err, advisory.ErrTimeout) || errors.Is(err, txlock.ErrTimeout):
 		t.timeouts++
-	case retry.SQLState(err) == "55P03":
+	case pgerr.Code(err) == pgerr.LockNotAvailable:
 		t.lockTimeouts++
 	case errors.Is(err, context.DeadlineExceeded):
 		t.deadlines++

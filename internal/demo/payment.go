@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/txlock"
 	"github.com/sqlock/sqlock/versioned"
@@ -141,7 +142,7 @@ func payTxlock(ctx context.Context, w *replica, order int) (out outcome, err err
 func payLayered(ctx context.Context, w *replica, order int) (out outcome, err error) {
 	err = w.locker.Do(ctx, paymentKey(order), func(ctx context.Context) error {
 		out, err = checkAndCharge(ctx, w.db, w, order)
-		if retry.SQLState(err) == "23505" { // the constraint caught a duplicate
+		if pgerr.Code(err) == pgerr.UniqueViolation { // the constraint caught a duplicate
 			out, err = conflict, nil
 		}
 		return err

@@ -299,7 +299,7 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 	}
 	rec := &recorder{}
 	w := &replica{db: db, pool: pool, rec: rec, replica: cfg.Replica, goroutines: sc.goroutines,
-		locker: advisory.New(db, advisory.WithObserver(rec), advisory.WithWaitTimeout(30*time.Second))}
+		locker: advisory.New(db, advisory.WithObserver(rec), advisory.WithTimeout(30*time.Second))}
 	if err := w.openORMs(db); err != nil {
 		return err
 	}

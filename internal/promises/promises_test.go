@@ -94,13 +94,13 @@ func declares(t *testing.T, dir, name string) bool {
 // TestCheckerSeesMissingTests makes sure the check above can fail: a name no
 // package declares is reported, and a real one is found.
 func TestCheckerSeesMissingTests(t *testing.T) {
-	if declares(t, "hash", "TestNoSuchPromise") {
+	if declares(t, "pghash", "TestNoSuchPromise") {
 		t.Error("declares found a test that does not exist")
 	}
-	if !declares(t, "hash", "TestZeroAllocs") {
-		t.Error("declares missed hash.TestZeroAllocs")
+	if !declares(t, "pghash", "TestZeroAllocs") {
+		t.Error("declares missed pghash.TestZeroAllocs")
 	}
-	m := testRef.FindAllStringSubmatch("| x | y | `internal/demo.TestDemo/gorm`, `hash.FuzzTextExtended` |", -1)
+	m := testRef.FindAllStringSubmatch("| x | y | `internal/demo.TestDemo/gorm`, `pghash.FuzzTextExtended` |", -1)
 	if len(m) != 2 || m[0][1] != "internal/demo" || m[0][2] != "TestDemo" || m[1][2] != "FuzzTextExtended" {
 		t.Errorf("testRef parsed %q", m)
 	}

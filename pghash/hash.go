@@ -1,4 +1,4 @@
-package hash
+package pghash
 
 import "math/bits"
 

@@ -1,10 +1,14 @@
-// Package hash computes PostgreSQL's hashtext and hashtextextended in Go.
+// Package pghash computes PostgreSQL's hashtext and hashtextextended in Go.
+// (Named pghash, not hash, so that it never shadows the standard library's
+// package hash in a file that imports both.)
 //
-// Text(s) returns exactly what the SQL expression hashtext(s) returns, and
-// TextExtended(s, seed) exactly what hashtextextended(s, seed) returns, for
+// [Text](s) returns exactly what the SQL expression hashtext(s) returns, and
+// [TextExtended](s, seed) exactly what hashtextextended(s, seed) returns, for
 // every string and seed, on a little-endian server (x86-64, arm64: every
 // common platform) whose database encoding is UTF-8 and whose collation is
 // deterministic (the default, "C", libc, or a deterministic ICU collation).
+// Package advisory builds its keys with them
+// ([github.com/sqlock/sqlock/advisory.KeyOf]).
 //
 // Both functions hash the bytes of s as they are; a Go string is UTF-8 bytes,
 // which is what a UTF-8 database stores. What is not reproducible on the
@@ -23,4 +27,4 @@
 // also for the empty string, so stock lookup3 libraries give other values.
 //
 // Both functions are pure, safe for concurrent use and allocate nothing.
-package hash
+package pghash

@@ -1,4 +1,4 @@
-package hash_test
+package pghash_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/sqlock/sqlock/hash"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/pghash"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -94,13 +94,13 @@ func TestAgainstServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := part[i]
-			if got := hash.Text(p.s); got != text {
+			if got := pghash.Text(p.s); got != text {
 				mismatches++
 				if mismatches < 10 {
 					t.Errorf("Text(len %d %.40q) = %d, server %d", len(p.s), p.s, got, text)
 				}
 			}
-			if got := hash.TextExtended(p.s, p.seed); got != ext {
+			if got := pghash.TextExtended(p.s, p.seed); got != ext {
 				mismatches++
 				if mismatches < 10 {
 					t.Errorf("TextExtended(len %d %.40q, %d) = %d, server %d", len(p.s), p.s, p.seed, got, ext)

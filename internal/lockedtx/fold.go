@@ -1,0 +1,256 @@
+package lockedtx
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// BEGIN folding: the locks travel with BEGIN, so that a locked
+// transaction costs the round trips of the same unlocked one. This file is
+// the whole of it. BEGIN and the lock statements go to the server as one
+// batch (pgx.Batch.BeginTx): one pipeline, one round trip, and fn gets
+// pgx's own transaction. The lock statements take bind arguments, so they
+// run the way the connection runs every query (its DefaultQueryExecMode):
+// in pgx's default mode they are prepared once per connection and the
+// server does not parse and plan them again for every transaction, which
+// is most of what the lock costs an uncontended transaction; in the modes
+// used behind PgBouncer in transaction mode they are sent unprepared,
+// still in the same round trip.
+//
+// Two ways in, each reporting whether it folded:
+//   - pgx (BeginPgx): the begin step holds the *pgx.Conn and sends the
+//     batch itself.
+//   - database/sql (BeginSQL): BEGIN is sent by the driver, whose
+//     ConnBeginTx sees only a context, so the request to fold travels to
+//     it in the context — the one hand-off through a context — and the
+//     driver's connection (foldConn, from WrapConnector) answers in the
+//     request whether it folded. Any other driver ignores the request.
+
+// errHeldElsewhere is a try-once's answer that a key is held by another
+// session (pg_try_advisory_xact_lock returned false).
+var errHeldElsewhere = errors.New("txlock: advisory lock held elsewhere")
+
+// BeginPgx begins attempt a's transaction on conn and reports whether
+// BEGIN carried the locks: it does (beginBatch) unless the caller set a
+// BeginQuery of their own; then Run sends the locks after it. On failure
+// no transaction is left open.
+func BeginPgx(ctx context.Context, conn *pgx.Conn, a *Attempt) (tx pgx.Tx, folded bool, err error) {
+	o := a.cfg.PgxOpts
+	if o.BeginQuery != "" {
+		a.useConn(conn)
+		tx, err := conn.BeginTx(ctx, o)
+		if err != nil {
+			abortBegin(ctx, conn)
+		}
+		return tx, false, err
+	}
+	o, _ = normalPgxOptions(o) // validated by newPlan
+	tx, err = beginBatch(ctx, conn, a, o)
+	return tx, err == nil, err
+}
+
+// beginBatch begins a transaction with o (validated modes, no BeginQuery)
+// on conn and takes a's locks in the same round trip. On failure no
+// transaction is left open (abortBegin); when the caller's deadline leaves
+// no time to wait (errNoTime), nothing is sent.
+func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions) (pgx.Tx, error) {
+	a.useConn(conn)
+	if !a.bind() {
+		return nil, errNoTime
+	}
+	p := a.plan
+	b := &pgx.Batch{}
+	b.BeginTx(o)
+	for _, q := range a.queries() {
+		b.Queue(q.sql, q.args...)
+	}
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, err := br.Exec() // BEGIN
+	for i := 0; err == nil && i < len(p.queries); i++ {
+		if !p.tryOnce {
+			_, err = br.Exec()
+			continue
+		}
+		var got bool
+		if err = br.QueryRow().Scan(&got); err == nil && !got {
+			err = errHeldElsewhere
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		abortBegin(ctx, conn)
+		return nil, err
+	}
+	return tx, nil
+}
+
+// abortBegin rolls back a transaction that a failed begin left open (a lock
+// wait that timed out, a try-once that found a key held, a deadlock): pgx
+// leaves the connection in the failed-transaction state, and a pool would
+// destroy it on release. If the rollback fails, the connection is closed.
+func abortBegin(ctx context.Context, conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+		_ = conn.Close(rctx)
+	}
+}
+
+// BeginSQL begins attempt a's transaction with beginTx — a database/sql
+// BeginTx (*sql.DB's, *sql.Conn's, sqlx's BeginTxx, GORM's Begin) called
+// with the context and options it is given — and reports whether BEGIN
+// carried the locks: it does when the connection comes from WrapConnector.
+func BeginSQL[T any](ctx context.Context, a *Attempt, beginTx func(context.Context, *sql.TxOptions) (T, error)) (v T, folded bool, err error) {
+	v, err = beginTx(a.foldRequest(ctx), a.cfg.SQLOpts)
+	return v, a.folded() && err == nil, err
+}
+
+// foldRequest returns ctx carrying a request to the connection that
+// begins a's database/sql transaction to send the locks with BEGIN; the
+// connection records in it whether it did, and folded reads the answer.
+// database/sql may try BEGIN on more than one connection (after
+// driver.ErrBadConn), one after the other: a connection takes the request
+// (foldOpen → foldTaken) and gives it back if it could not fold. The
+// request lives in the attempt (one BEGIN per attempt).
+func (a *Attempt) foldRequest(ctx context.Context) context.Context {
+	a.fold.Store(foldOpen)
+	return context.WithValue(ctx, foldRequestKey{}, a)
+}
+
+// folded closes a's request — so that a later BeginTx on a context derived
+// from it (GORM keeps it in the transaction) cannot take it up — and
+// reports whether a connection folded the locks into BEGIN.
+func (a *Attempt) folded() bool { return a.fold.Swap(foldClosed) == foldDone }
+
+const (
+	foldOpen   int32 = iota // no connection has folded the locks
+	foldTaken               // a connection is folding them
+	foldDone                // BEGIN carried the locks
+	foldClosed              // the request is answered
+)
+
+type foldRequestKey struct{}
+
+// WrapConnector wraps a connector of pgx's stdlib driver so that its
+// connections fold: see package txlock's WrapConnector.
+func WrapConnector(c driver.Connector) driver.Connector { return foldConnector{c} }
+
+type foldConnector struct{ driver.Connector }
+
+func (f foldConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := f.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if sc, ok := conn.(*stdlib.Conn); ok {
+		return &foldConn{sc}, nil
+	}
+	return conn, nil
+}
+
+// stdConn names the embedded field of foldConn so that it does not hide
+// the promoted Conn() *pgx.Conn method.
+type stdConn = stdlib.Conn
+
+// foldConn is a *stdlib.Conn (every method and optional driver interface of
+// it promoted, Conn() included) whose BeginTx, given a context carrying an
+// open fold request, sends BEGIN and the lock statements as one batch.
+type foldConn struct{ *stdConn }
+
+func (c *foldConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	a, _ := ctx.Value(foldRequestKey{}).(*Attempt)
+	if a == nil {
+		return c.stdConn.BeginTx(ctx, opts)
+	}
+	iso, ok := sqlIsolation(opts.Isolation)
+	if !ok || !a.fold.CompareAndSwap(foldOpen, foldTaken) {
+		return c.stdConn.BeginTx(ctx, opts) // the driver's own error for an unknown level
+	}
+	conn := c.Conn()
+	if conn.IsClosed() {
+		a.fold.Store(foldOpen)
+		return nil, driver.ErrBadConn
+	}
+	access := ""
+	if opts.ReadOnly {
+		access = "READ ONLY"
+	}
+	tx, err := beginBatch(ctx, conn, a, keywordOptions(iso, access, "", ""))
+	if err != nil {
+		a.fold.Store(foldOpen)
+		if pgconn.SafeToRetry(err) {
+			return nil, driver.ErrBadConn // nothing was sent: database/sql may try another connection
+		}
+		return nil, err
+	}
+	a.fold.Store(foldDone)
+	return foldTx{ctx, tx}, nil
+}
+
+// foldTx is stdlib's transaction wrapper, except that ROLLBACK runs on a
+// context detached from the caller's cancellation, so that a cancelled
+// caller's connection is rolled back and kept rather than closed.
+type foldTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (t foldTx) Commit() error { return t.tx.Commit(t.ctx) }
+
+func (t foldTx) Rollback() error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), cleanupTimeout)
+	defer cancel()
+	return t.tx.Rollback(ctx)
+}
+
+// normalPgxOptions is o with its modes checked (pgxModes) and spelled as
+// pgx's constants, and no BeginQuery.
+func normalPgxOptions(o pgx.TxOptions) (pgx.TxOptions, error) {
+	iso, access, deferrable, err := pgxModes(o)
+	if err != nil {
+		return pgx.TxOptions{}, err
+	}
+	return keywordOptions(iso, access, deferrable, o.CommitQuery), nil
+}
+
+// keywordOptions turns BEGIN keywords (from pgxModes or sqlIsolation) into
+// pgx options: pgx's constants are the keywords in lower case.
+func keywordOptions(iso, access, deferrable, commitQuery string) pgx.TxOptions {
+	return pgx.TxOptions{
+		IsoLevel:       pgx.TxIsoLevel(strings.ToLower(iso)),
+		AccessMode:     pgx.TxAccessMode(strings.ToLower(access)),
+		DeferrableMode: pgx.TxDeferrableMode(strings.ToLower(deferrable)),
+		CommitQuery:    commitQuery,
+	}
+}
+
+// sqlIsolation maps a database/sql isolation level as pgx's stdlib driver
+// does; ok is false for levels PostgreSQL has no name for.
+func sqlIsolation(l driver.IsolationLevel) (iso string, ok bool) {
+	switch sql.IsolationLevel(l) {
+	case sql.LevelDefault:
+		return "", true
+	case sql.LevelReadUncommitted:
+		return "READ UNCOMMITTED", true
+	case sql.LevelReadCommitted:
+		return "READ COMMITTED", true
+	case sql.LevelRepeatableRead, sql.LevelSnapshot:
+		return "REPEATABLE READ", true
+	case sql.LevelSerializable:
+		return "SERIALIZABLE", true
+	}
+	return "", false
+}

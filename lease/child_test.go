@@ -1,0 +1,272 @@
+package lease_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlock/sqlock/lease"
+)
+
+// Worker processes: the test binary run again with childEnv set to a role.
+// They report on stdout, one "RESULT …" line at the end.
+
+func runChild(role string) int {
+	switch role {
+	case "exclusion":
+		return exclusionChild()
+	case "paused":
+		return pausedChild()
+	}
+	fmt.Println("unknown role", role)
+	return 2
+}
+
+// childManager opens the handle LEASE_BACKEND names on LEASE_DSN, polling
+// every LEASE_POLL if set.
+func childManager() (m *lease.Manager, db *sql.DB, pool *pgxpool.Pool, err error) {
+	dsn := os.Getenv("LEASE_DSN")
+	var opts []lease.Option
+	opts = append(opts, lease.WithTimeout(2*time.Minute))
+	if p, err := time.ParseDuration(os.Getenv("LEASE_POLL")); err == nil {
+		opts = append(opts, lease.WithPolling(p))
+	}
+	switch os.Getenv("LEASE_BACKEND") {
+	case "sql":
+		db, err = sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		db.SetMaxIdleConns(16)
+		return lease.New(db, opts...), db, nil, nil
+	default:
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cfg.MaxConns = 16
+		pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return lease.New(pool, opts...), nil, pool, nil
+	}
+}
+
+// exclusionChild runs LEASE_GOROUTINES goroutines × LEASE_N critical
+// sections on LEASE_KEYS lease names (TTL 500 ms, random hold times). A
+// section enters by marking its key's row as held by itself, only if no one
+// holds it and the row's last token is smaller than its own (a guarded
+// transaction: QueueGuard on pgx, Guard on database/sql), and leaves by
+// clearing the mark (only if it is still its own) and counting itself. An overlap, or a token smaller than an earlier
+// holder's, makes an enter or exit match no row.
+func exclusionChild() int {
+	m, db, pool, err := childManager()
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer func() {
+		if db != nil {
+			db.Close()
+		}
+		if pool != nil {
+			pool.Close()
+		}
+	}()
+	n, _ := strconv.Atoi(os.Getenv("LEASE_N"))
+	goroutines, _ := strconv.Atoi(os.Getenv("LEASE_GOROUTINES"))
+	keys, _ := strconv.Atoi(os.Getenv("LEASE_KEYS"))
+	proc := os.Getenv("LEASE_PROC")
+	ctx := context.Background()
+	var mu sync.Mutex
+	var sections, overlaps, errs, lostReported int
+	var firstErr error
+	fail := func(overlap bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if overlap {
+			overlaps++
+		} else {
+			errs++
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	// guarded runs one statement in a transaction guarded by l: through
+	// QueueGuard in one batch on pgx, through Guard on database/sql.
+	guarded := func(l *lease.Lease, q string, args ...any) (rows int64, err error) {
+		if pool != nil {
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				b := &pgx.Batch{}
+				l.QueueGuard(b)
+				b.Queue(q, args...).Exec(func(t pgconn.CommandTag) error {
+					rows = t.RowsAffected()
+					return nil
+				})
+				return tx.SendBatch(ctx, b).Close()
+			})
+			return rows, err
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		defer tx.Rollback()
+		if err := l.Guard(ctx, tx); err != nil {
+			return 0, err
+		}
+		r, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		if rows, err = r.RowsAffected(); err != nil {
+			return 0, err
+		}
+		return rows, tx.Commit()
+	}
+	// plain runs one statement on its own.
+	plain := func(q string, args ...any) (int64, error) {
+		if pool != nil {
+			t, err := pool.Exec(ctx, q, args...)
+			return t.RowsAffected(), err
+		}
+		r, err := db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return r.RowsAffected()
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			me := fmt.Sprintf("%s/%d", proc, g)
+			for range n {
+				k := rand.IntN(keys)
+				l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), 500*time.Millisecond)
+				if err != nil {
+					fail(false, err)
+					continue
+				}
+				rows, err := guarded(l, `UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, l.Token(), k)
+				if err == nil && rows != 1 {
+					err = errOverlap
+				}
+				if err == nil {
+					time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond) // the work
+					rows, err = plain(`UPDATE excl SET holder = NULL, n = n + 1 WHERE k = $1 AND holder = $2`, k, me)
+					if err == nil && rows != 1 {
+						err = errOverlap
+					}
+				}
+				rerr := l.Release(ctx)
+				if errors.Is(rerr, lease.ErrNotHeld) && !time.Now().Before(l.Deadline()) {
+					// Lost under load (a renewal queued too long) — and
+					// reported: the server let go no earlier than the local
+					// deadline. The section itself was guarded and checked.
+					mu.Lock()
+					lostReported++
+					mu.Unlock()
+					rerr = nil
+				}
+				if err == nil && rerr != nil {
+					err = rerr
+				}
+				if err != nil {
+					fail(errors.Is(err, errOverlap), err)
+					continue
+				}
+				mu.Lock()
+				sections++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		fmt.Println("first error:", firstErr)
+	}
+	fmt.Printf("RESULT sections=%d overlaps=%d errors=%d lost=%d\n", sections, overlaps, errs, lostReported)
+	return 0
+}
+
+var errOverlap = errors.New("overlap: the section's row was not as a sole holder leaves it")
+
+// pausedChild acquires LEASE_NAME for LEASE_TTL, says "ACQUIRED <token>",
+// and waits for a line on stdin (the parent stops it with SIGSTOP before
+// sending it, and continues it after). Then, as a holder that slept
+// through its TTL would, it tries to write: first a guarded insert, then a
+// hand-fenced update of the register (… WHERE fence <= token). It reports
+// whether Lost had fired before it tried, and what each write did.
+func pausedChild() int {
+	m, db, pool, err := childManager()
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer func() {
+		if db != nil {
+			db.Close()
+		}
+		if pool != nil {
+			pool.Close()
+		}
+	}()
+	ctx := context.Background()
+	ttl, _ := time.ParseDuration(os.Getenv("LEASE_TTL"))
+	l, err := m.Acquire(ctx, os.Getenv("LEASE_NAME"), ttl)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	fmt.Printf("ACQUIRED %d\n", l.Token())
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	lost := false
+	select {
+	case <-l.Lost():
+		lost = true
+	default:
+	}
+	guardErr := "nil"
+	fenced := int64(-1)
+	conn, err := pgx.Connect(ctx, os.Getenv("LEASE_DSN"))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer conn.Close(ctx)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := l.Guard(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO writes VALUES ($1, 'paused holder')`, l.Token())
+		return err
+	})
+	switch {
+	case errors.Is(err, lease.ErrLost):
+		guardErr = "ErrLost"
+	case err != nil:
+		guardErr = strconv.Quote(err.Error())
+	}
+	tag, err := conn.Exec(ctx, `UPDATE register SET value = 'paused holder', fence = $1 WHERE id = 1 AND fence <= $1`, l.Token())
+	if err == nil {
+		fenced = tag.RowsAffected()
+	}
+	relErr := l.Release(ctx)
+	fmt.Printf("RESULT lost=%t guard=%s fenced=%d release=%t\n", lost, guardErr, fenced, errors.Is(relErr, lease.ErrNotHeld))
+	return 0
+}

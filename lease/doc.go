@@ -1,0 +1,33 @@
+// Package lease provides TTL leases in a PostgreSQL table: a lock that
+// works through PgBouncer in transaction mode, that tells its holder when
+// it can no longer be trusted, and whose fencing token the database itself
+// checks.
+//
+// A [Manager] ([New], over a *sql.DB or a *pgxpool.Pool) takes leases by
+// name in one table (created by [Migrate], or by the statements of [DDL]
+// in a migration tool). [Manager.Acquire] waits, bounded by [WithTimeout];
+// [Manager.TryAcquire] returns [ErrNotAcquired] at once. Acquiring,
+// renewing and releasing are each one statement and one round trip, and
+// every expiry is decided by the server's clock. Each acquisition has a
+// random 128-bit owner id that renewal and [Lease.Release] check in the
+// statement, so nobody extends or ends a lease they do not hold.
+//
+// A held [Lease] is renewed every TTL/3, transient failures retried while
+// time remains. [Lease.Lost] and [Lease.Context] end when it can no longer
+// be trusted: at the latest a TTL less a tenth after the last confirmed
+// renewal was sent, measured on the local monotonic clock — before the
+// server would let anyone else in.
+//
+// [Lease.Token] is a fencing token, strictly increasing per name across
+// holders, processes, restarts and deleted rows. [Lease.Guard] checks, in
+// the caller's own transaction, that the lease is still the holder's and
+// keeps it from being taken over until the transaction ends: the writes
+// commit only while the lease is held, or the transaction fails with
+// [ErrLost] (aborted on the server). [Lease.QueueGuard] does the same in a
+// pgx batch, with no round trip of its own. This is what stops a holder
+// that was paused past its TTL.
+//
+// Waiters learn of a release through LISTEN/NOTIFY; behind PgBouncer in
+// transaction mode use [WithPolling]. docs/lease.md has the statements and
+// the reasoning behind them.
+package lease

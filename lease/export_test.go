@@ -1,0 +1,10 @@
+package lease
+
+// OnPause makes m call f whenever a waiter begins a pause between tries
+// (after a failed try, listening if it listens): tests use it to know that
+// a waiter waits.
+func OnPause(m *Manager, f func()) { m.onPause = f }
+
+// Statements are m's acquire and release statements, for the benchmark
+// that runs them by hand.
+func Statements(m *Manager) (acquire, release string) { return m.stmt.acquire, m.stmt.release }

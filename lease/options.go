@@ -1,0 +1,99 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
+)
+
+// DefaultTimeout bounds Acquire's wait unless WithTimeout says otherwise.
+const DefaultTimeout = 5 * time.Second
+
+// DefaultTable is the table leases live in unless WithTable says otherwise.
+const DefaultTable = "sqlock_leases"
+
+type config struct {
+	table   tableName
+	timeout time.Duration
+	poll    time.Duration // > 0: wait by polling, never LISTEN
+	maxHold time.Duration // > 0: Lost fires after this long, renewed or not
+}
+
+func defaultConfig() config {
+	return config{table: tableName{name: DefaultTable}, timeout: DefaultTimeout}
+}
+
+// Option configures a Manager, Migrate or DDL.
+type Option func(*config) error
+
+// WithTable names the leases table: an identifier, optionally qualified by
+// a schema ("locks.leases"), of letters, digits and underscores, at most 53
+// bytes for the table (its token sequence is named table_token_seq) and 63
+// for the schema. It is quoted as given, so the case matters. The default
+// is [DefaultTable].
+func WithTable(name string) Option {
+	return func(c *config) error {
+		t, err := parseTable(name)
+		if err != nil {
+			return err
+		}
+		c.table = t
+		return nil
+	}
+}
+
+// WithTimeout bounds every Acquire's wait (default [DefaultTimeout]); a
+// context deadline that comes earlier wins. It must be positive (zero or
+// negative: an error matching [sqlock.ErrInvalidOption]): no wait is
+// unbounded, and TryAcquire does not wait.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errs.New(sqlock.ErrInvalidOption, "lease: timeout %v must be positive", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// WithPolling makes waiters poll for a release every interval (each wait
+// drawn at random between interval/2 and interval, and never past the
+// holder's expiry) instead of listening for the release's notification.
+// Use it behind PgBouncer in transaction pool mode, where LISTEN cannot
+// work. It must be positive.
+func WithPolling(interval time.Duration) Option {
+	return func(c *config) error {
+		if interval <= 0 {
+			return errs.New(sqlock.ErrInvalidOption, "lease: polling interval %v must be positive", interval)
+		}
+		c.poll = interval
+		return nil
+	}
+}
+
+// WithMaxHold caps how long any lease of the Manager is held: Lost fires
+// once d has passed since it was acquired, however often it was renewed.
+// It must be positive; the default is no cap.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errs.New(sqlock.ErrInvalidOption, "lease: maximum hold %v must be positive", d)
+		}
+		c.maxHold = d
+		return nil
+	}
+}
+
+func buildConfig(opts []Option) (config, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
