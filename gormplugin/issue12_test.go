@@ -319,7 +319,7 @@ func TestResyncAfterUserTransactionRollback(t *testing.T) {
 		must(t, db.Unscoped().Delete(&d).Error)
 		checkErr(t, gormplugin.Resync(db, &d), gorm.ErrRecordNotFound)
 		// Not a versioned model, or no key: a typed refusal.
-		checkErr(t, gormplugin.Resync(db, &Plain{ID: 1}), versioned.ErrNoVersionField)
+		checkErr(t, gormplugin.Resync(db, &Plain{ID: 1}), versioned.ErrInvalidModel)
 		checkErr(t, gormplugin.Resync(db, &Order{}), versioned.ErrNoKey)
 	})
 }
