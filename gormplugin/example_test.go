@@ -123,14 +123,14 @@ func ExampleWithProbe() {
 
 	var se *versioned.StaleError
 	errors.As(db.Model(&old).Update("status", "closed").Error, &se)
-	fmt.Println(se.State, se.Current)
+	fmt.Println(se.Gone, se.Current)
 
 	db.Delete(&t)
 	errors.As(db.Model(&t).Update("status", "closed").Error, &se)
-	fmt.Println(se.State)
+	fmt.Println(se.Gone)
 	// Output:
-	// changed 2
-	// gone
+	// false 2
+	// true
 }
 
 // SkipVersionCheck makes one statement a deliberate blind write; the

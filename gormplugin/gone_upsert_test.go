@@ -34,7 +34,7 @@ func TestRefusedUpsertOfGoneRowChangesNothing(t *testing.T) {
 				gone.Status = "recreated"
 				err := checkedUpsert(db).Create(&gone).Error
 				var se *versioned.StaleError
-				if !errors.As(err, &se) || se.State != versioned.RowGone || gone.Version != 2 {
+				if !errors.As(err, &se) || !se.Gone || gone.Version != 2 {
 					t.Fatalf("upsert of a gone row: %v, struct at %d", err, gone.Version)
 				}
 				if _, _, found := rowOf(t, db, gone.ID); found {

@@ -18,6 +18,7 @@ import (
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
+	"github.com/sqlock/sqlock/versioned"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -122,4 +123,16 @@ func sqlOf(tb testing.TB, db *gorm.DB) *sql.DB {
 		tb.Fatal(err)
 	}
 	return s
+}
+
+// rowChanged reports a probe that found the row at another version (or
+// NULL): the row is there and changed.
+func rowChanged(se *versioned.StaleError) bool {
+	return se.Probed && !se.Gone && (se.CurrentNull || se.Current != se.Expected)
+}
+
+// rowUnchanged reports a probe that found the row at the expected version:
+// another condition of the statement failed.
+func rowUnchanged(se *versioned.StaleError) bool {
+	return se.Probed && !se.Gone && !se.CurrentNull && se.Current == se.Expected
 }

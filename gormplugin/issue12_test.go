@@ -319,7 +319,7 @@ func TestResyncAfterUserTransactionRollback(t *testing.T) {
 		must(t, db.Unscoped().Delete(&d).Error)
 		checkErr(t, gormplugin.Resync(db, &d), gorm.ErrRecordNotFound)
 		// Not a versioned model, or no key: a typed refusal.
-		checkErr(t, gormplugin.Resync(db, &Plain{ID: 1}), versioned.ErrNoVersionField)
+		checkErr(t, gormplugin.Resync(db, &Plain{ID: 1}), versioned.ErrInvalidModel)
 		checkErr(t, gormplugin.Resync(db, &Order{}), versioned.ErrNoKey)
 	})
 }
@@ -405,7 +405,7 @@ func TestUpsertNeverLowersVersion(t *testing.T) {
 		must(t, db.Exec("DELETE FROM orders WHERE id = ?", gone.ID).Error)
 		err = db.Clauses(clause.OnConflict{Columns: byID, DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&gone).Error
 		var se *versioned.StaleError
-		if !errors.As(err, &se) || se.State != versioned.RowGone || gone.Version != 2 {
+		if !errors.As(err, &se) || !se.Gone || gone.Version != 2 {
 			t.Fatalf("upsert of a copy of a deleted row: %v, struct %d", err, gone.Version)
 		}
 		if _, _, found := rowOf(t, db, gone.ID); found {
@@ -551,7 +551,7 @@ func TestStaleUpsertProbe(t *testing.T) {
 		err := db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}},
 			DoUpdates: clause.AssignmentColumns([]string{"status"})}).Create(&stale).Error
 		var se *versioned.StaleError
-		if !errors.As(err, &se) || se.State != versioned.RowChanged || se.Current != 3 || se.Expected != 1 || se.Table != "orders" {
+		if !errors.As(err, &se) || !rowChanged(se) || se.Current != 3 || se.Expected != 1 || se.Table != "orders" {
 			t.Fatalf("stale upsert: %v (%#v)", err, se)
 		}
 	}, gormplugin.WithProbe())

@@ -1205,10 +1205,10 @@ func (m *modelMachine) checkProbe(t *rapid.T, s *modelStep, se *versioned.StaleE
 	case se.ProbeErr != nil:
 		t.Fatalf("%s: the probe failed: %v", s.desc, se.ProbeErr)
 	case !existed:
-		if se.State != versioned.RowGone {
-			t.Fatalf("%s: row %d is gone, the probe says %v (current %d)", s.desc, s.row, se.State, se.Current)
+		if !se.Gone {
+			t.Fatalf("%s: row %d is gone, the probe says it is there (current %d)", s.desc, s.row, se.Current)
 		}
-	case se.State == versioned.RowGone:
+	case se.Gone:
 		t.Fatalf("%s: row %d is there (%+v), the probe says it is gone", s.desc, s.row, b)
 	case se.Current != verOf(b.Ver):
 		t.Fatalf("%s: row %d is at %s, the probe says %d", s.desc, s.row, verStr(b.Ver), se.Current)
@@ -1216,8 +1216,8 @@ func (m *modelMachine) checkProbe(t *rapid.T, s *modelStep, se *versioned.StaleE
 		// A NULL matches a struct at 0 (NullAsZero): only another one is
 		// told the row's version is NULL.
 		t.Fatalf("%s: row %d is at %s, the probe says CurrentNull=%v", s.desc, s.row, verStr(b.Ver), se.CurrentNull)
-	case (se.State == versioned.RowChanged) != (se.Current != se.Expected):
-		t.Fatalf("%s: probe state %v with current %d, expected %d", s.desc, se.State, se.Current, se.Expected)
+	case rowChanged(se) != (se.Current != se.Expected):
+		t.Fatalf("%s: probe state changed=%v with current %d, expected %d", s.desc, rowChanged(se), se.Current, se.Expected)
 	}
 }
 

@@ -96,8 +96,7 @@ func WithObserver(o observe.Observer) Option {
 
 // WithProbe makes a stale write run one more query, a SELECT of the row's
 // version by primary key inside the same transaction, to tell a row that
-// is gone (StaleError.State == versioned.RowGone) from one that changed
-// (RowChanged, with StaleError.Current). It costs nothing unless a write
+// is gone (StaleError.Gone) from one that changed (StaleError.Current). It costs nothing unless a write
 // goes stale. The probe's own failure is reported in StaleError.ProbeErr
 // and never replaces the stale error.
 func WithProbe() Option { return func(c *config) { c.probe = true } }

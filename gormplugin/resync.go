@@ -22,7 +22,7 @@ import (
 // value must be a non-nil pointer to a struct of a versioned model with
 // its primary key set; otherwise Resync fails before anything is sent, with
 // an error matching [sqlock.ErrNilHandle] (a nil db), versioned.ErrInvalidArg,
-// versioned.ErrNoVersionField or versioned.ErrNoKey. A row that is gone is
+// *versioned.TagError (versioned.ErrInvalidModel) or versioned.ErrNoKey. A row that is gone is
 // gorm.ErrRecordNotFound. A NULL version reads as 0.
 func Resync(db *gorm.DB, value any) error {
 	if db == nil {
@@ -44,7 +44,7 @@ func Resync(db *gorm.DB, value any) error {
 	case m.err != nil:
 		return m.err
 	case m.ver == nil:
-		return fmt.Errorf("gormplugin: resync %s: %w", stmt.Table, versioned.ErrNoVersionField)
+		return &versioned.TagError{Type: stmt.Schema.ModelType, Reason: `no field tagged lock:"version": Resync has no version to read back`}
 	}
 	ctx := db.Statement.Context
 	rv = rv.Elem()

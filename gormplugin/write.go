@@ -24,15 +24,15 @@ type guard struct {
 	m        *model
 	rv       reflect.Value // the struct whose key and version the write checks
 	expected int64
-	op       versioned.Op
-	check    bool // compare with expected; false: bump only (batch, opt-out)
-	orNull   bool // expected 0 under NullAsZero: (version = 0 OR version IS NULL)
-	nullBump bool // bump with COALESCE(version, 0) + 1
-	keyWhere bool // the predicate names rv's primary key too (GORM's WHERE does not)
-	soft     bool // a soft delete, which bumps the version
-	setTail  bool // the guard put a SET clause in place (soft delete)
-	wrote    bool // the statement changed the checked row
-	bumped   bool // rv holds the new version
+	op       string // "update" or "delete", as versioned.StaleError.Op
+	check    bool   // compare with expected; false: bump only (batch, opt-out)
+	orNull   bool   // expected 0 under NullAsZero: (version = 0 OR version IS NULL)
+	nullBump bool   // bump with COALESCE(version, 0) + 1
+	keyWhere bool   // the predicate names rv's primary key too (GORM's WHERE does not)
+	soft     bool   // a soft delete, which bumps the version
+	setTail  bool   // the guard put a SET clause in place (soft delete)
+	wrote    bool   // the statement changed the checked row
+	bumped   bool   // rv holds the new version
 	set      clause.Set
 	userSet  *clause.Clause
 	softWas  reflect.Value // a copy of rv's soft-delete field, restored when a soft delete does not hold
@@ -128,7 +128,7 @@ func (g *guard) subject(stmt *gorm.Statement) (rv reflect.Value, other, keyWhere
 		return rv, false, false
 	}
 	o := stmt.Dest
-	if g.op == versioned.OpDelete {
+	if g.op == "delete" {
 		if !rv.CanAddr() { // GORM uses the Model's key only for an addressable Dest
 			return rv, false, false
 		}
@@ -138,7 +138,7 @@ func (g *guard) subject(stmt *gorm.Statement) (rv reflect.Value, other, keyWhere
 	if ov.Kind() != reflect.Struct || ov.Type() != stmt.Schema.ModelType {
 		return rv, false, false
 	}
-	if g.op == versioned.OpDelete {
+	if g.op == "delete" {
 		if g.m.blank(ctx, ov) {
 			return rv, false, false
 		}
@@ -186,8 +186,8 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 		case skip:
 		case missing && exp == 0:
 			// No key and no version: Model(&T{}).Where(…), a batch write.
-			if g.op == versioned.OpUpdate && associationWrite(stmt) {
-				db.AddError(&UnsupportedError{Table: stmt.Table, Op: g.op.String(),
+			if g.op == "update" && associationWrite(stmt) {
+				db.AddError(&UnsupportedError{Table: stmt.Table, Op: g.op,
 					Reason: "Association(…).Delete writes this table's rows by key without their versions " +
 						"(and cannot bump the structs that hold them); clear the foreign key through the " +
 						"struct instead — Model(&row).Update(\"<fk>\", nil), or Association(…).Clear() from a belongs-to owner"})
@@ -195,7 +195,7 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 			}
 		case missing:
 			db.AddError(&versioned.KeyError{Table: stmt.Table, Column: col,
-				Reason: "a versioned " + g.op.String() + " of one row needs its primary key; " +
+				Reason: "a versioned " + g.op + " of one row needs its primary key; " +
 					"use Model(&T{}).Where(…) for a batch write"})
 			return false
 		default:
@@ -211,7 +211,7 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 		}
 	case reflect.Slice, reflect.Array:
 		if rv.Len() > 0 && !skip {
-			db.AddError(&UnsupportedError{Table: stmt.Table, Op: g.op.String(),
+			db.AddError(&UnsupportedError{Table: stmt.Table, Op: g.op,
 				Reason: "a slice of versioned rows: write them one at a time (in a transaction), " +
 					"or use Model(&T{}).Where(…) for an unchecked batch write"})
 			return false
@@ -354,7 +354,7 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 	if m == nil {
 		return
 	}
-	g := &guard{m: m, op: versioned.OpUpdate}
+	g := &guard{m: m, op: "update"}
 	if !p.plan(db, g, true) {
 		return
 	}
@@ -443,7 +443,7 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 	if m == nil {
 		return
 	}
-	g := &guard{m: m, op: versioned.OpDelete, soft: m.soft && !stmt.Unscoped}
+	g := &guard{m: m, op: "delete", soft: m.soft && !stmt.Unscoped}
 	if !p.plan(db, g, g.soft) {
 		return
 	}
@@ -571,17 +571,15 @@ func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
 		case err != nil:
 			se.ProbeErr = err
 		case !found:
-			se.State = versioned.RowGone
+			se.Probed, se.Gone = true, true
 		case null && p.cfg.null == NullRefused:
 			return &NullVersionError{Table: stmt.Table, Column: g.m.column, Key: key}
 		case null && !g.orNull:
 			// Not "now at version 0": a NULL never equals the expected
 			// version (under NullAsZero only a struct at 0 matches it).
-			se.State, se.CurrentNull = versioned.RowChanged, true
-		case cur == g.expected:
-			se.State, se.Current = versioned.RowUnchanged, cur
+			se.Probed, se.CurrentNull = true, true
 		default:
-			se.State, se.Current = versioned.RowChanged, cur
+			se.Probed, se.Current = true, cur
 		}
 	}
 	p.stale(ctx, stmt.Table, se)
@@ -981,11 +979,11 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		// DO UPDATE's WHERE left it alone.
 		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
 			w := cs.was[0].ver
-			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: w, op: versioned.OpUpdate,
+			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: w, op: "update",
 				orNull: w == 0 && p.cfg.null == NullAsZero}))
 			return
 		}
-		se := &versioned.StaleError{Table: stmt.Table, Op: versioned.OpUpdate}
+		se := &versioned.StaleError{Table: stmt.Table, Op: "update"}
 		p.stale(stmt.Context, stmt.Table, se)
 		db.AddError(se)
 		return
@@ -1000,7 +998,7 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		if w := cs.was[0].ver; w != 0 {
 			if v, _ := cs.m.get(stmt.Context, rv); v == w {
 				se := &versioned.StaleError{Table: stmt.Table, Key: cs.m.key(stmt.Context, rv), Expected: w,
-					Op: versioned.OpUpdate, State: versioned.RowGone}
+					Op: "update", Probed: true, Gone: true}
 				p.stale(stmt.Context, stmt.Table, se)
 				db.AddError(se)
 			}

@@ -54,7 +54,7 @@ func TestTxlockRetriesStaleErrors(t *testing.T) {
 	ctx := context.Background()
 	for name, stale := range map[string]error{
 		"wrapped sentinel": fmt.Errorf("update orders: %w", versioned.ErrStale),
-		"StaleError":       &versioned.StaleError{Table: "orders", Key: 1, Expected: 1, Op: versioned.OpUpdate},
+		"StaleError":       &versioned.StaleError{Table: "orders", Key: 1, Expected: 1, Op: "update"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			calls := 0

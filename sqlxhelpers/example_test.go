@@ -38,8 +38,7 @@ func ExampleHelper_Update() {
 	s := Seat{ID: 42, Holder: "", Version: 7} // as read earlier
 	s.Holder = "ann"
 
-	sql, _ := h.UpdateSQL("seats", &s)
-	fmt.Println(sql)
+	const sql = `UPDATE "seats" SET "holder" = $1, "version" = "version" + 1 WHERE "id" = $2 AND "version" = $3`
 	mock.ExpectExec(sql).WithArgs("ann", int64(42), int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
 	err := h.Update(context.Background(), "seats", &s)
 	fmt.Println(err, s.Version)
@@ -51,7 +50,6 @@ func ExampleHelper_Update() {
 	err = h.Update(context.Background(), "seats", &s)
 	fmt.Println(errors.Is(err, versioned.ErrStale), s.Version)
 	// Output:
-	// UPDATE "seats" SET "holder" = $1, "version" = "version" + 1 WHERE "id" = $2 AND "version" = $3
 	// <nil> 8
 	// true 8
 }
@@ -63,41 +61,36 @@ func ExampleHelper_NamedExec() {
 
 	a := Account{ID: 1, Owner: "ann", Balance: 70, Version: 3}
 	const pay = `UPDATE accounts SET balance = :balance WHERE id = :id OR owner = :owner`
-	g, _ := h.Rewrite(pay, &a)
-	fmt.Println(g.SQL)
-	fmt.Println(g.Params)
-
-	mock.ExpectExec(g.SQL).WithArgs(int64(70), int64(1), "ann", int64(3)).WillReturnResult(sqlmock.NewResult(0, 1))
+	// The condition is parenthesised, so its OR cannot bypass the guard.
+	mock.ExpectExec(`UPDATE accounts SET balance = $1, "version" = "version" + 1 WHERE (id = $2 OR owner = $3) AND "version" = $4`).
+		WithArgs(int64(70), int64(1), "ann", int64(3)).WillReturnResult(sqlmock.NewResult(0, 1))
 	err := h.NamedExec(context.Background(), pay, &a)
 	fmt.Println(err, a.Version)
 	// Output:
-	// UPDATE accounts SET balance = $1, "version" = "version" + 1 WHERE (id = $2 OR owner = $3) AND "version" = $4
-	// [balance id owner version]
 	// <nil> 4
 }
 
-func ExampleRewrite() {
-	spec := sqlxhelpers.Spec{VersionColumn: "version", VersionParam: "version", BindType: sqlx.DOLLAR}
+func ExampleRewriteError() {
+	db, _ := exampleDB() // no statement is expected: refusals send nothing
+	defer db.Close()
+	h, _ := sqlxhelpers.New(db)
+
+	a := Account{ID: 1, Owner: "ann", Balance: 70, Version: 3}
 	for _, q := range []string{
-		`DELETE FROM accounts a USING owners o WHERE o.id = a.owner_id AND o.name = :name RETURNING a.id`,
-		`UPDATE accounts SET note = 'WHERE x; -- :no' WHERE id = :id -- :not a param`,
 		`UPDATE accounts SET balance = 0`,
 		`UPDATE accounts SET balance = 0 WHERE id = :id; DROP TABLE accounts`,
-		`WITH gone AS (DELETE FROM orders RETURNING account) UPDATE accounts SET n = 0 WHERE id IN (SELECT account FROM gone)`,
+		`WITH gone AS (DELETE FROM orders RETURNING account) UPDATE accounts SET balance = 0 WHERE id IN (SELECT account FROM gone)`,
 	} {
-		g, err := sqlxhelpers.Rewrite(q, spec)
-		if err != nil {
-			fmt.Println("refused:", errors.Is(err, sqlxhelpers.ErrRewrite), err)
-			continue
+		err := h.NamedExec(context.Background(), q, &a)
+		var re *sqlxhelpers.RewriteError
+		if errors.As(err, &re) {
+			fmt.Println(errors.Is(err, sqlxhelpers.ErrRewrite), re.Kind, re.Reason)
 		}
-		fmt.Println(g.SQL)
 	}
 	// Output:
-	// DELETE FROM accounts a USING owners o WHERE (o.id = a.owner_id AND o.name = $1) AND a."version" = $2 RETURNING a.id
-	// UPDATE accounts SET note = 'WHERE x; -- :no', "version" = "version" + 1 WHERE (id = $1) AND "version" = $2 -- :not a param
-	// refused: true sqlxhelpers: cannot guard statement: no top-level WHERE clause: the statement would touch every row (at byte 31)
-	// refused: true sqlxhelpers: cannot guard statement: more SQL after a top-level ';' (at byte 48)
-	// refused: true sqlxhelpers: cannot guard statement: data-modifying CTE (at byte 14)
+	// true no-where no top-level WHERE clause: the statement would touch every row
+	// true multiple-statements more SQL after a top-level ';'
+	// true cte data-modifying CTE
 }
 
 // AccountRepo is an ordinary sqlx repository: each method reads what it

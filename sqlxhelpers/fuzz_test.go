@@ -7,8 +7,8 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-var reasonKinds = []error{ErrNotWrite, ErrNoWhere, ErrCTE, ErrMultipleStatements, ErrVersionAssigned,
-	ErrUnbalanced, ErrPositional, ErrAmbiguousString, ErrUnsupported, ErrSyntax, ErrSpec}
+var reasonKinds = []string{kindNotWrite, kindNoWhere, kindCTE, kindMultipleStatements, kindVersionAssigned,
+	kindUnbalanced, kindPositional, kindAmbiguousString, kindUnsupported, kindSyntax, kindSpec}
 
 // FuzzRewrite: Rewrite never panics; every refusal is a *RewriteError whose
 // Kind is one of the reason sentinels; every accepted output lexes, has
@@ -51,8 +51,8 @@ func FuzzRewrite(f *testing.F) {
 		checkGuarded(t, q, g, spec)
 		// Rewriting an UPDATE's output again must be refused: it assigns
 		// the version column now.
-		if g.Op == 1 {
-			if _, err := Rewrite(g.Named, spec); !errors.Is(err, ErrVersionAssigned) {
+		if g.Op == "update" {
+			if _, err := Rewrite(g.Named, spec); KindOf(err) != kindVersionAssigned {
 				t.Fatalf("rewriting the output again: %v\n%s", err, g.Named)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/jmoiron/sqlx/reflectx"
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -20,9 +21,9 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// DefaultCacheSize is the number of rewritten statements, and separately of
+// defaultCacheSize is the number of rewritten statements, and separately of
 // struct-driven statements, a Helper keeps by default.
-const DefaultCacheSize = 1024
+const defaultCacheSize = 1024
 
 // Option configures a Helper.
 type Option func(*config)
@@ -30,7 +31,7 @@ type Option func(*config)
 type config struct {
 	bindType  int
 	bindSet   bool
-	dialect   versioned.Dialect
+	quoteChar byte // '"', or '`' for MySQL
 	observer  observe.Observer
 	cacheSize int
 	mapper    *reflectx.Mapper
@@ -43,17 +44,16 @@ func WithBindType(bindType int) Option {
 	return func(c *config) { c.bindType, c.bindSet = bindType, true }
 }
 
-// WithObserver reports each stale write (observe.Stale, reported through
-// versioned.Guard, so Source "versioned") to o. The default does nothing.
-// Several WithObserver options add up ([observe.Multi]); a nil o adds
-// nothing. The same holds in every sqlock package: see [observe].
+// WithObserver reports each stale write (observe.Stale, Source
+// "versioned", as package versioned reports its own) to o. The default does
+// nothing. Several WithObserver options add up ([observe.Multi]); a nil o
+// adds nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.observer = observe.Multi(c.observer, o) }
 }
 
 // WithCacheSize bounds how many rewritten statements (and, separately, how
-// many struct-driven statements) the Helper keeps (default
-// DefaultCacheSize). Past the bound, statements are still built, just not
+// many struct-driven statements) the Helper keeps (default 1024). Past the bound, statements are still built, just not
 // kept. n <= 0 keeps none.
 func WithCacheSize(n int) Option { return func(c *config) { c.cacheSize = max(n, 0) } }
 
@@ -85,12 +85,12 @@ type state struct {
 }
 
 // New returns a Helper for db. It fails with *versioned.InputError
-// (versioned.ErrNilHandle) when db is nil.
+// ([sqlock.ErrNilHandle]) when db is nil.
 func New(db *sqlx.DB, opts ...Option) (*Helper, error) {
 	if db == nil {
-		return nil, &versioned.InputError{Op: "new", Arg: "db", Reason: "nil *sqlx.DB", Kind: versioned.ErrNilHandle}
+		return nil, &versioned.InputError{Op: "new", Arg: "db", Reason: "nil *sqlx.DB", Kind: sqlock.ErrNilHandle}
 	}
-	cfg := config{observer: observe.Nop{}, cacheSize: DefaultCacheSize, mapper: db.Mapper}
+	cfg := config{observer: observe.Nop{}, cacheSize: defaultCacheSize, mapper: db.Mapper}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -102,9 +102,10 @@ func New(db *sqlx.DB, opts ...Option) (*Helper, error) {
 	if cfg.mapper == nil {
 		cfg.mapper = reflectx.NewMapperFunc("db", toLower)
 	}
+	cfg.quoteChar = '"'
 	switch db.DriverName() {
 	case "mysql", "nrmysql":
-		cfg.dialect = versioned.MySQL
+		cfg.quoteChar = '`'
 	}
 	s := &state{cfg: cfg}
 	s.rewrites.max = int64(cfg.cacheSize)
@@ -116,15 +117,9 @@ func New(db *sqlx.DB, opts ...Option) (*Helper, error) {
 // a transaction, a *sqlx.Conn …). It shares h's caches and options.
 func (h *Helper) On(ex Execer) *Helper { return &Helper{ex: ex, db: h.db, s: h.s} }
 
-// DB returns the database h was built for.
-func (h *Helper) DB() *sqlx.DB { return h.db }
-
-// BindType returns the sqlx bind type h writes statements in.
-func (h *Helper) BindType() int { return h.s.cfg.bindType }
-
 func (h *Helper) execer(op string) (Execer, error) {
 	if isNil(h.ex) {
-		return nil, &versioned.InputError{Op: op, Arg: "db", Reason: "nil database handle", Kind: versioned.ErrNilHandle}
+		return nil, &versioned.InputError{Op: op, Arg: "db", Reason: "nil database handle", Kind: sqlock.ErrNilHandle}
 	}
 	return h.ex, nil
 }

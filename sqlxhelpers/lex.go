@@ -49,7 +49,7 @@ type lexer struct {
 	params int
 }
 
-func lexErr(kind error, off int, reason string) *RewriteError {
+func lexErr(kind string, off int, reason string) *RewriteError {
 	return &RewriteError{Kind: kind, Offset: off, Reason: reason}
 }
 
@@ -90,7 +90,7 @@ func (l *lexer) run() *RewriteError {
 		c := q[i]
 		switch {
 		case c == 0:
-			return lexErr(ErrSyntax, i, "NUL byte in statement")
+			return lexErr(kindSyntax, i, "NUL byte in statement")
 		case isSpace(c):
 			i++
 		case c == '-' && i+1 < len(q) && q[i+1] == '-':
@@ -150,7 +150,7 @@ func (l *lexer) run() *RewriteError {
 				open, kind = '[', tkRBrack
 			}
 			if len(l.stack) == 0 || l.stack[len(l.stack)-1] != open {
-				return lexErr(ErrUnbalanced, i, "unmatched '"+string(c)+"'")
+				return lexErr(kindUnbalanced, i, "unmatched '"+string(c)+"'")
 			}
 			l.stack = l.stack[:len(l.stack)-1]
 			l.emit(kind, i, i+1)
@@ -166,14 +166,14 @@ func (l *lexer) run() *RewriteError {
 			i++
 		default:
 			if c >= 0x80 { // unreachable: bytes >= 0x80 start identifiers
-				return lexErr(ErrSyntax, i, "unexpected byte")
+				return lexErr(kindSyntax, i, "unexpected byte")
 			}
 			l.emit(tkOp, i, i+1)
 			i++
 		}
 	}
 	if len(l.stack) > 0 {
-		return lexErr(ErrUnbalanced, len(q), "unclosed '"+string(l.stack[len(l.stack)-1])+"'")
+		return lexErr(kindUnbalanced, len(q), "unclosed '"+string(l.stack[len(l.stack)-1])+"'")
 	}
 	return nil
 }
@@ -222,7 +222,7 @@ func (l *lexer) blockComment(i int) (int, *RewriteError) {
 			i++
 		}
 	}
-	return 0, lexErr(ErrUnbalanced, start, "unterminated /* comment")
+	return 0, lexErr(kindUnbalanced, start, "unterminated /* comment")
 }
 
 // stdString scans a standard string whose opening quote is at i (tokStart is
@@ -239,12 +239,12 @@ func (l *lexer) stdString(tokStart, i int) (int, *RewriteError) {
 			}
 			return j + 1, nil
 		case '\\':
-			return 0, lexErr(ErrAmbiguousString, j, "backslash in a standard string: its meaning depends on standard_conforming_strings; use an E'…' string")
+			return 0, lexErr(kindAmbiguousString, j, "backslash in a standard string: its meaning depends on standard_conforming_strings; use an E'…' string")
 		case 0:
-			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+			return 0, lexErr(kindSyntax, j, "NUL byte in statement")
 		}
 	}
-	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated string")
+	return 0, lexErr(kindUnbalanced, tokStart, "unterminated string")
 }
 
 // escString scans an E'…' string: backslash escapes the next byte, ” is a
@@ -256,7 +256,7 @@ func (l *lexer) escString(tokStart, i int) (int, *RewriteError) {
 		case '\\':
 			j++ // skip the escaped byte, whatever it is
 			if j < len(q) && q[j] == 0 {
-				return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+				return 0, lexErr(kindSyntax, j, "NUL byte in statement")
 			}
 		case '\'':
 			if j+1 < len(q) && q[j+1] == '\'' {
@@ -265,10 +265,10 @@ func (l *lexer) escString(tokStart, i int) (int, *RewriteError) {
 			}
 			return j + 1, nil
 		case 0:
-			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+			return 0, lexErr(kindSyntax, j, "NUL byte in statement")
 		}
 	}
-	return 0, lexErr(ErrUnbalanced, tokStart, "unterminated E'…' string")
+	return 0, lexErr(kindUnbalanced, tokStart, "unterminated E'…' string")
 }
 
 // rawString scans a string whose only escape is a doubled quote (U&'…', where the
@@ -296,10 +296,10 @@ func (l *lexer) doubledQuote(tokStart, i int, quote byte, unterminated string) (
 			}
 			return j + 1, nil
 		case 0:
-			return 0, lexErr(ErrSyntax, j, "NUL byte in statement")
+			return 0, lexErr(kindSyntax, j, "NUL byte in statement")
 		}
 	}
-	return 0, lexErr(ErrUnbalanced, tokStart, unterminated)
+	return 0, lexErr(kindUnbalanced, tokStart, unterminated)
 }
 
 // dollar scans what starts with '$' at a token boundary: $n (a positional
@@ -321,19 +321,19 @@ func (l *lexer) dollar(i int) (int, tokKind, *RewriteError) {
 		}
 	}
 	if j >= len(q) || q[j] != '$' {
-		return 0, 0, lexErr(ErrSyntax, i, "stray '$' (neither a dollar quote nor a parameter)")
+		return 0, 0, lexErr(kindSyntax, i, "stray '$' (neither a dollar quote nor a parameter)")
 	}
 	delim := q[i : j+1]
 	body := j + 1
 	for k := body; k+len(delim) <= len(q); k++ {
 		if q[k] == 0 {
-			return 0, 0, lexErr(ErrSyntax, k, "NUL byte in statement")
+			return 0, 0, lexErr(kindSyntax, k, "NUL byte in statement")
 		}
 		if q[k] == '$' && q[k:k+len(delim)] == delim {
 			return k + len(delim), tkString, nil
 		}
 	}
-	return 0, 0, lexErr(ErrUnbalanced, i, "unterminated dollar quote "+delim)
+	return 0, 0, lexErr(kindUnbalanced, i, "unterminated dollar quote "+delim)
 }
 
 // colon scans what starts with ':' — '::' (a cast), ':name' (a named

@@ -181,9 +181,9 @@ func (ti *typeInfo) key(table string, rv reflect.Value) (any, error) {
 // write's expected version. For an update it fails with
 // *versioned.OverflowError when the version cannot be incremented within
 // the field's type.
-func (ti *typeInfo) expected(rv reflect.Value, op versioned.Op) (int64, error) {
+func (ti *typeInfo) expected(rv reflect.Value, op string) (int64, error) {
 	exp, err := ti.model.Version.Get(rv)
-	if err != nil || op != versioned.OpUpdate {
+	if err != nil || op != "update" {
 		return exp, err
 	}
 	_, err = ti.model.Version.Next(exp)

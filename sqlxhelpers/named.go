@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/sqlock/sqlock/versioned"
+	"github.com/sqlock/sqlock/internal/vguard"
 )
 
 type rewriteKey struct {
@@ -17,7 +17,7 @@ type rewriteKey struct {
 // and, per bind variable, the field it reads.
 type namedPlan struct {
 	ti  *typeInfo
-	g   *Guarded
+	g   *guarded
 	idx [][]int // the field index per parameter; unused at g.VersionArg
 	err error
 }
@@ -40,7 +40,7 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 		return p
 	}
 	p.ti = ti
-	g, err := Rewrite(query, ti.spec(s.cfg.bindType))
+	g, err := rewriteQuery(query, ti.spec(s.cfg.bindType))
 	if err != nil {
 		p.err = err
 		return p
@@ -62,26 +62,8 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 	return p
 }
 
-func (ti *typeInfo) spec(bindType int) Spec {
-	return Spec{VersionColumn: ti.version.name, VersionParam: ti.versionParam, BindType: bindType}
-}
-
-// Rewrite returns the guarded form of query for arg's type (a struct or a
-// pointer to one), as NamedExec would run it: for logs, tests, or to run it
-// yourself. Results are cached per type and query text.
-func (h *Helper) Rewrite(query string, arg any) (*Guarded, error) {
-	t := reflect.TypeOf(arg)
-	if t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || t.Kind() != reflect.Struct {
-		return nil, &BindError{Type: reflect.TypeOf(arg), Reason: "not a struct or a pointer to one"}
-	}
-	p, err := h.s.named(t, query)
-	if err != nil {
-		return nil, err
-	}
-	return p.g, nil
+func (ti *typeInfo) spec(bindType int) guardSpec {
+	return guardSpec{VersionColumn: ti.version.name, VersionParam: ti.versionParam, BindType: bindType}
 }
 
 // NamedExec runs a hand-written named UPDATE or DELETE (sqlx :name
@@ -97,7 +79,7 @@ func (h *Helper) Rewrite(query string, arg any) (*Guarded, error) {
 // *versioned.RowsError after the statement ran (run it in a transaction to
 // roll that back). A statement the rewriter cannot guard with certainty is
 // *RewriteError (errors.Is(err, ErrRewrite)), a parameter no field maps to is
-// *BindError; in both cases nothing is sent. See Rewrite for the grammar.
+// *BindError; in both cases nothing is sent. See the package documentation for the grammar.
 func (h *Helper) NamedExec(ctx context.Context, query string, arg any) error {
 	ex, err := h.execer("exec")
 	if err != nil {
@@ -136,10 +118,10 @@ func (h *Helper) NamedExec(ctx context.Context, query string, arg any) error {
 		if len(p.ti.keys) > 0 {
 			key, _ = p.ti.key(p.g.Table, rv)
 		}
-		g := versioned.Guard{Table: p.g.Table, Key: key, Expected: exp, Op: p.g.Op, Observer: h.s.cfg.observer}
-		return g.CheckContext(ctx, res, nil)
+		g := vguard.Guard{Table: p.g.Table, Key: key, Expected: exp, Op: p.g.Op, Observer: h.s.cfg.observer}
+		return g.Check(ctx, res, nil)
 	}
-	if p.g.Op == versioned.OpUpdate {
+	if p.g.Op == "update" {
 		return ti.setVersion(rv, exp+1)
 	}
 	return nil

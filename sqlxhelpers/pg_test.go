@@ -103,7 +103,7 @@ func TestStructUpdateDelete(t *testing.T) {
 		if !errors.Is(err, versioned.ErrStale) || !errors.As(err, &se) {
 			t.Fatalf("stale update: %v", err)
 		}
-		if se.Op != versioned.OpUpdate || se.Expected != 0 || se.Key != int64(1) || se.Table != "accounts" {
+		if se.Op != "update" || se.Expected != 0 || se.Key != int64(1) || se.Table != "accounts" {
 			t.Errorf("StaleError %+v", se)
 		}
 		if b.Version != 0 || b.Balance != 999 {
@@ -211,7 +211,7 @@ func TestNamedExecGuarded(t *testing.T) {
 			t.Errorf("named delete left %d rows (%v)", n, err)
 		}
 		// Refusals reach nothing: no WHERE at all.
-		if err := h.NamedExec(ctx, `UPDATE accounts SET balance = :balance`, &a); !errors.Is(err, sqlxhelpers.ErrNoWhere) {
+		if err := h.NamedExec(ctx, `UPDATE accounts SET balance = :balance`, &a); sqlxhelpers.KindOf(err) != "no-where" {
 			t.Errorf("no WHERE: %v", err)
 		}
 		if got := load(t, db, 2); got.Balance != 100 || got.Version != 7 {

@@ -7,12 +7,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/sqlock/sqlock/versioned"
+	"github.com/sqlock/sqlock/internal/vmodel"
 )
 
-// Spec says how to guard a statement: which column holds the version, which
+// guardSpec says how to guard a statement: which column holds the version, which
 // named parameter carries the expected version, and the driver's bind style.
-type Spec struct {
+type guardSpec struct {
 	// VersionColumn is the version column's name as PostgreSQL stores it
 	// (case-sensitive; it is always written quoted).
 	VersionColumn string
@@ -24,8 +24,8 @@ type Spec struct {
 	BindType int
 }
 
-// Guarded is a statement with its version bump and version guard added.
-type Guarded struct {
+// guarded is a statement with its version bump and version guard added.
+type guarded struct {
 	// Named is the guarded statement with :name parameters, for logs and
 	// tests.
 	Named string
@@ -37,8 +37,8 @@ type Guarded struct {
 	Params []string
 	// VersionArg is the index in Params of the guard's own parameter.
 	VersionArg int
-	// Op is versioned.OpUpdate or versioned.OpDelete.
-	Op versioned.Op
+	// Op is "update" or "delete".
+	Op string
 	// Table is the target table as written in the statement.
 	Table string
 }
@@ -63,7 +63,7 @@ type Guarded struct {
 // rules (see the package documentation); anything it cannot guard with
 // certainty is a *RewriteError and nothing is returned to run. Rewrite is
 // pure and safe for concurrent use; Helper caches its results.
-func Rewrite(query string, spec Spec) (*Guarded, error) {
+func rewriteQuery(query string, spec guardSpec) (*guarded, error) {
 	var buf [64]token
 	g, err := rewrite(query, spec, buf[:0])
 	if err != nil {
@@ -111,7 +111,7 @@ type parser struct {
 
 func (p *parser) text(i int) string { return p.q[p.toks[i].start:p.toks[i].end] }
 
-func (p *parser) errAt(kind error, i int, reason string) *RewriteError {
+func (p *parser) errAt(kind string, i int, reason string) *RewriteError {
 	off := len(p.q)
 	if i < len(p.toks) {
 		off = int(p.toks[i].start)
@@ -121,7 +121,7 @@ func (p *parser) errAt(kind error, i int, reason string) *RewriteError {
 
 // shape is what the parser learned about the statement.
 type shape struct {
-	op       versioned.Op
+	op       string
 	table    string // target as written
 	qual     string // qualifier for the version column, "" when none is needed
 	setEnd   int    // UPDATE: byte offset just after the SET list's last token
@@ -130,17 +130,17 @@ type shape struct {
 	cut      int    // where the statement text ends (a trailing ';' is cut)
 }
 
-func checkSpec(spec Spec) *RewriteError {
+func checkSpec(spec guardSpec) *RewriteError {
 	if spec.VersionColumn == "" || strings.IndexByte(spec.VersionColumn, 0) >= 0 || !utf8.ValidString(spec.VersionColumn) {
-		return &RewriteError{Kind: ErrSpec, Offset: -1, Reason: "invalid version column " + strconv.Quote(spec.VersionColumn)}
+		return &RewriteError{Kind: kindSpec, Offset: -1, Reason: "invalid version column " + strconv.Quote(spec.VersionColumn)}
 	}
 	if !validParamName(spec.VersionParam) {
-		return &RewriteError{Kind: ErrSpec, Offset: -1, Reason: "invalid version parameter name " + strconv.Quote(spec.VersionParam)}
+		return &RewriteError{Kind: kindSpec, Offset: -1, Reason: "invalid version parameter name " + strconv.Quote(spec.VersionParam)}
 	}
 	switch spec.BindType {
 	case sqlx.UNKNOWN, sqlx.QUESTION, sqlx.DOLLAR, sqlx.NAMED, sqlx.AT:
 	default:
-		return &RewriteError{Kind: ErrSpec, Offset: -1, Reason: "unknown sqlx bind type " + strconv.Itoa(spec.BindType)}
+		return &RewriteError{Kind: kindSpec, Offset: -1, Reason: "unknown sqlx bind type " + strconv.Itoa(spec.BindType)}
 	}
 	return nil
 }
@@ -163,7 +163,7 @@ func validParamName(s string) bool {
 	return true
 }
 
-func rewrite(query string, spec Spec, buf []token) (*Guarded, *RewriteError) {
+func rewrite(query string, spec guardSpec, buf []token) (*guarded, *RewriteError) {
 	if err := checkSpec(spec); err != nil {
 		return nil, err
 	}
@@ -179,9 +179,9 @@ func rewrite(query string, spec Spec, buf []token) (*Guarded, *RewriteError) {
 	for i := range p.toks {
 		switch t := p.toks[i]; {
 		case t.kind == tkPositional:
-			return nil, p.errAt(ErrPositional, i, "positional parameter "+p.text(i)+" in a statement with named parameters")
+			return nil, p.errAt(kindPositional, i, "positional parameter "+p.text(i)+" in a statement with named parameters")
 		case t.kind == tkOp && query[t.start] == '?' && (spec.BindType == sqlx.QUESTION || spec.BindType == sqlx.UNKNOWN):
-			return nil, p.errAt(ErrPositional, i, "'?' is this driver's bind variable; it cannot appear in a named statement")
+			return nil, p.errAt(kindPositional, i, "'?' is this driver's bind variable; it cannot appear in a named statement")
 		}
 	}
 	return p.build(sh, spec), nil
@@ -190,13 +190,13 @@ func rewrite(query string, spec Spec, buf []token) (*Guarded, *RewriteError) {
 // parse finds the statement's parts: [WITH …] UPDATE target SET … [FROM …]
 // WHERE … [RETURNING …] or [WITH …] DELETE FROM target [USING …] WHERE …
 // [RETURNING …].
-func (p *parser) parse(spec Spec) (shape, *RewriteError) {
+func (p *parser) parse(spec guardSpec) (shape, *RewriteError) {
 	sh := shape{cut: len(p.q)}
 	// A top-level ';' may only end the statement.
 	for i, t := range p.toks {
 		if t.kind == tkSemi && t.depth == 0 {
 			if i+1 < len(p.toks) {
-				return sh, p.errAt(ErrMultipleStatements, i+1, "more SQL after a top-level ';'")
+				return sh, p.errAt(kindMultipleStatements, i+1, "more SQL after a top-level ';'")
 			}
 			sh.cut = int(t.start)
 			p.toks = p.toks[:i]
@@ -204,7 +204,7 @@ func (p *parser) parse(spec Spec) (shape, *RewriteError) {
 		}
 	}
 	if len(p.toks) == 0 {
-		return sh, p.errAt(ErrNotWrite, 0, "empty statement")
+		return sh, p.errAt(kindNotWrite, 0, "empty statement")
 	}
 	i := 0
 	if p.isWord(0, "with") {
@@ -218,18 +218,18 @@ func (p *parser) parse(spec Spec) (shape, *RewriteError) {
 		return p.update(i+1, sh, spec)
 	case p.isWord(i, "delete"):
 		if !p.isWord(i+1, "from") {
-			return sh, p.errAt(ErrSyntax, i+1, "DELETE without FROM")
+			return sh, p.errAt(kindSyntax, i+1, "DELETE without FROM")
 		}
 		return p.delete(i+2, sh)
 	}
 	if i >= len(p.toks) {
-		return sh, p.errAt(ErrNotWrite, i, "a WITH clause without a statement")
+		return sh, p.errAt(kindNotWrite, i, "a WITH clause without a statement")
 	}
 	what := "statement"
 	if p.toks[i].kind == tkWord {
 		what = strings.ToUpper(p.text(i))
 	}
-	return sh, p.errAt(ErrNotWrite, i, what+" is not an UPDATE or DELETE")
+	return sh, p.errAt(kindNotWrite, i, what+" is not an UPDATE or DELETE")
 }
 
 // closing returns the index of the bracket closing the one at i.
@@ -303,27 +303,27 @@ func (p *parser) cte() (int, *RewriteError) {
 	}
 	for {
 		if !p.isName(i) {
-			return 0, p.errAt(ErrCTE, i, "expected a CTE name")
+			return 0, p.errAt(kindCTE, i, "expected a CTE name")
 		}
 		i++
 		if i < len(p.toks) && p.toks[i].kind == tkLParen {
 			i = p.closing(i) + 1
 		}
 		if !p.isWord(i, "as") {
-			return 0, p.errAt(ErrCTE, i, "expected AS in the WITH clause")
+			return 0, p.errAt(kindCTE, i, "expected AS in the WITH clause")
 		}
 		i++
 		if p.isWord(i, "not") {
 			i++
 			if !p.isWord(i, "materialized") {
-				return 0, p.errAt(ErrCTE, i, "expected MATERIALIZED after NOT")
+				return 0, p.errAt(kindCTE, i, "expected MATERIALIZED after NOT")
 			}
 		}
 		if p.isWord(i, "materialized") {
 			i++
 		}
 		if i >= len(p.toks) || p.toks[i].kind != tkLParen {
-			return 0, p.errAt(ErrCTE, i, "expected '(' after AS")
+			return 0, p.errAt(kindCTE, i, "expected '(' after AS")
 		}
 		end := p.closing(i)
 		if err := p.readOnlyBody(i+1, end); err != nil {
@@ -334,7 +334,7 @@ func (p *parser) cte() (int, *RewriteError) {
 		case i < len(p.toks) && p.toks[i].kind == tkComma:
 			i++
 		case p.isWord(i, "search") || p.isWord(i, "cycle"):
-			return 0, p.errAt(ErrCTE, i, "SEARCH and CYCLE clauses are not supported")
+			return 0, p.errAt(kindCTE, i, "SEARCH and CYCLE clauses are not supported")
 		default:
 			return i, nil
 		}
@@ -346,22 +346,22 @@ func (p *parser) cte() (int, *RewriteError) {
 // locking clauses excepted).
 func (p *parser) readOnlyBody(from, to int) *RewriteError {
 	if from >= to {
-		return p.errAt(ErrCTE, from, "empty CTE")
+		return p.errAt(kindCTE, from, "empty CTE")
 	}
 	for j := from; j < to; j++ {
 		switch {
 		case p.isWord(j, "insert"), p.isWord(j, "delete"), p.isWord(j, "merge"):
-			return p.errAt(ErrCTE, j, "data-modifying CTE")
+			return p.errAt(kindCTE, j, "data-modifying CTE")
 		case p.isWord(j, "update"):
 			if p.isWord(j-1, "for") || p.isWord(j-1, "key") && p.isWord(j-2, "no") && p.isWord(j-3, "for") {
 				continue // a row-locking clause
 			}
-			return p.errAt(ErrCTE, j, "data-modifying CTE")
+			return p.errAt(kindCTE, j, "data-modifying CTE")
 		}
 	}
 	if !(p.isWord(from, "select") || p.isWord(from, "values") || p.isWord(from, "table") ||
 		p.isWord(from, "with") || p.toks[from].kind == tkLParen) {
-		return p.errAt(ErrCTE, from, "a CTE that is not a SELECT, VALUES or TABLE query")
+		return p.errAt(kindCTE, from, "a CTE that is not a SELECT, VALUES or TABLE query")
 	}
 	return nil
 }
@@ -375,7 +375,7 @@ func (p *parser) target(i int, sh *shape, stop ...string) (int, string, *Rewrite
 		i++
 	}
 	if !p.isName(i) {
-		return 0, "", p.errAt(ErrSyntax, i, "expected the target table's name")
+		return 0, "", p.errAt(kindSyntax, i, "expected the target table's name")
 	}
 	first := i
 	i++
@@ -385,7 +385,7 @@ func (p *parser) target(i int, sh *shape, stop ...string) (int, string, *Rewrite
 	sh.table = p.q[p.toks[first].start:p.toks[i-1].end]
 	if i < len(p.toks) && p.toks[i].kind == tkOp && p.q[p.toks[i].start] == '*' {
 		if only {
-			return 0, "", p.errAt(ErrSyntax, i, "ONLY and * cannot both qualify the target table")
+			return 0, "", p.errAt(kindSyntax, i, "ONLY and * cannot both qualify the target table")
 		}
 		i++
 	}
@@ -393,7 +393,7 @@ func (p *parser) target(i int, sh *shape, stop ...string) (int, string, *Rewrite
 	switch {
 	case p.isWord(i, "as"):
 		if !p.isName(i + 1) {
-			return 0, "", p.errAt(ErrSyntax, i+1, "expected an alias after AS")
+			return 0, "", p.errAt(kindSyntax, i+1, "expected an alias after AS")
 		}
 		alias = p.text(i + 1)
 		i += 2
@@ -430,14 +430,14 @@ func (p *parser) clauseWord(j int) string {
 	return ""
 }
 
-func (p *parser) update(i int, sh shape, spec Spec) (shape, *RewriteError) {
-	sh.op = versioned.OpUpdate
+func (p *parser) update(i int, sh shape, spec guardSpec) (shape, *RewriteError) {
+	sh.op = "update"
 	i, alias, err := p.target(i, &sh, "set")
 	if err != nil {
 		return sh, err
 	}
 	if !p.isWord(i, "set") {
-		return sh, p.errAt(ErrSyntax, i, "expected SET after the target table")
+		return sh, p.errAt(kindSyntax, i, "expected SET after the target table")
 	}
 	i++
 	// The SET list runs to the first top-level FROM, WHERE or RETURNING.
@@ -446,7 +446,7 @@ func (p *parser) update(i int, sh shape, spec Spec) (shape, *RewriteError) {
 		j++
 	}
 	if j == i {
-		return sh, p.errAt(ErrSyntax, i, "empty SET list")
+		return sh, p.errAt(kindSyntax, i, "empty SET list")
 	}
 	if err := p.assignments(i, j, spec.VersionColumn); err != nil {
 		return sh, err
@@ -462,7 +462,7 @@ func (p *parser) update(i int, sh shape, spec Spec) (shape, *RewriteError) {
 }
 
 func (p *parser) delete(i int, sh shape) (shape, *RewriteError) {
-	sh.op = versioned.OpDelete
+	sh.op = "delete"
 	i, alias, err := p.target(i, &sh, "using", "where", "returning")
 	if err != nil {
 		return sh, err
@@ -480,13 +480,13 @@ func (p *parser) delete(i int, sh shape) (shape, *RewriteError) {
 func (p *parser) where(i int, sh shape, joined bool, alias string) (shape, *RewriteError) {
 	if i >= len(p.toks) || p.clauseWord(i) != "where" {
 		if i < len(p.toks) && p.clauseWord(i) != "returning" {
-			return sh, p.errAt(ErrSyntax, i, "unexpected "+strconv.Quote(p.text(i))+" before WHERE")
+			return sh, p.errAt(kindSyntax, i, "unexpected "+strconv.Quote(p.text(i))+" before WHERE")
 		}
-		return sh, p.errAt(ErrNoWhere, i, "no top-level WHERE clause: the statement would touch every row")
+		return sh, p.errAt(kindNoWhere, i, "no top-level WHERE clause: the statement would touch every row")
 	}
 	i++
 	if p.isWord(i, "current") && p.isWord(i+1, "of") {
-		return sh, p.errAt(ErrUnsupported, i, "WHERE CURRENT OF cannot be guarded")
+		return sh, p.errAt(kindUnsupported, i, "WHERE CURRENT OF cannot be guarded")
 	}
 	first := i
 	for ; i < len(p.toks); i++ {
@@ -498,18 +498,18 @@ func (p *parser) where(i int, sh shape, joined bool, alias string) (shape, *Rewr
 			break
 		}
 		if kw := p.forbiddenInWhere(i); kw != "" {
-			return sh, p.errAt(ErrUnsupported, i, "unexpected "+strings.ToUpper(kw)+" at the top level of WHERE")
+			return sh, p.errAt(kindUnsupported, i, "unexpected "+strings.ToUpper(kw)+" at the top level of WHERE")
 		}
 	}
 	if i == first {
-		return sh, p.errAt(ErrSyntax, i, "empty WHERE condition")
+		return sh, p.errAt(kindSyntax, i, "empty WHERE condition")
 	}
 	for j := i + 1; j < len(p.toks); j++ {
 		if p.toks[j].depth != 0 {
 			continue
 		}
 		if kw := p.forbiddenInWhere(j); kw != "" || p.clauseWord(j) == "returning" {
-			return sh, p.errAt(ErrUnsupported, j, "unexpected "+strings.ToUpper(p.text(j))+" in RETURNING")
+			return sh, p.errAt(kindUnsupported, j, "unexpected "+strings.ToUpper(p.text(j))+" in RETURNING")
 		}
 	}
 	sh.whereBeg = int(p.toks[first].start)
@@ -550,7 +550,7 @@ func (p *parser) assignments(from, to int, version string) *RewriteError {
 			end++
 		}
 		if end == i {
-			return p.errAt(ErrSyntax, i, "empty item in the SET list")
+			return p.errAt(kindSyntax, i, "empty item in the SET list")
 		}
 		j := i
 		switch {
@@ -558,10 +558,10 @@ func (p *parser) assignments(from, to int, version string) *RewriteError {
 			close := p.closing(i)
 			for k := i + 1; k < close; {
 				if !p.isName(k) {
-					return p.errAt(ErrSyntax, k, "expected a column name")
+					return p.errAt(kindSyntax, k, "expected a column name")
 				}
 				if p.namesColumn(k, version) {
-					return p.errAt(ErrVersionAssigned, k, "the version column is assigned by the statement; the guard increments it")
+					return p.errAt(kindVersionAssigned, k, "the version column is assigned by the statement; the guard increments it")
 				}
 				for k < close && !(p.toks[k].kind == tkComma && p.toks[k].depth == p.toks[i].depth+1) {
 					k++
@@ -571,7 +571,7 @@ func (p *parser) assignments(from, to int, version string) *RewriteError {
 			j = close + 1
 		case p.isName(i):
 			if p.namesColumn(i, version) {
-				return p.errAt(ErrVersionAssigned, i, "the version column is assigned by the statement; the guard increments it")
+				return p.errAt(kindVersionAssigned, i, "the version column is assigned by the statement; the guard increments it")
 			}
 			j = i + 1
 			for j < end {
@@ -586,14 +586,14 @@ func (p *parser) assignments(from, to int, version string) *RewriteError {
 				break
 			}
 		default:
-			return p.errAt(ErrSyntax, i, "expected a column to assign")
+			return p.errAt(kindSyntax, i, "expected a column to assign")
 		}
 		if j >= end || p.toks[j].kind != tkOp || p.q[p.toks[j].start] != '=' || j+1 >= end {
-			return p.errAt(ErrSyntax, j, "expected '= value' in the SET list")
+			return p.errAt(kindSyntax, j, "expected '= value' in the SET list")
 		}
 		i = end + 1
 		if end < to && i >= to {
-			return p.errAt(ErrSyntax, end, "trailing comma in the SET list")
+			return p.errAt(kindSyntax, end, "trailing comma in the SET list")
 		}
 	}
 	return nil
@@ -643,13 +643,13 @@ func unicodeIdentMayBe(s, col string) bool {
 }
 
 // build writes the guarded statement in both forms.
-func (p *parser) build(sh shape, spec Spec) *Guarded {
+func (p *parser) build(sh shape, spec guardSpec) *guarded {
 	var qv strings.Builder // quoted, optionally qualified version column
 	if sh.qual != "" {
 		qv.WriteString(sh.qual)
 		qv.WriteByte('.')
 	}
-	qcol, _ := versioned.Postgres.QuoteIdent(spec.VersionColumn) // checked by checkSpec
+	qcol, _ := vmodel.QuoteIdent("rewrite", "version column", spec.VersionColumn, '"') // checked by checkSpec
 	qv.WriteString(qcol)
 	ref := qv.String()
 
@@ -672,7 +672,7 @@ func (p *parser) build(sh shape, spec Spec) *Guarded {
 		w.text(p.q[pos:at])
 		pos = at
 	}
-	if sh.op == versioned.OpUpdate {
+	if sh.op == "update" {
 		flush(sh.setEnd)
 		w.text(", ")
 		w.text(qcol)
@@ -693,7 +693,7 @@ func (p *parser) build(sh shape, spec Spec) *Guarded {
 	flush(sh.cut)
 	named := strings.TrimRightFunc(w.named.String(), isSpaceRune)
 	sql := strings.TrimRightFunc(w.sql.String(), isSpaceRune)
-	return &Guarded{Named: named, SQL: sql, Params: w.params, VersionArg: versionArg, Op: sh.op, Table: sh.table}
+	return &guarded{Named: named, SQL: sql, Params: w.params, VersionArg: versionArg, Op: sh.op, Table: sh.table}
 }
 
 // separate writes a space after an insertion when the user's text goes on

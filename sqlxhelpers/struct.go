@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sqlock/sqlock/internal/vguard"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -33,7 +34,7 @@ type planKey struct {
 	t     reflect.Type
 	table string
 	cols  string
-	op    versioned.Op
+	op    string
 }
 
 // structPlan is a struct-driven statement, built once per type, table, op
@@ -45,7 +46,7 @@ type structPlan struct {
 	err error
 }
 
-func (s *state) plan(t reflect.Type, table string, op versioned.Op, opts []WriteOption) (*structPlan, error) {
+func (s *state) plan(t reflect.Type, table string, op string, opts []WriteOption) (*structPlan, error) {
 	wc := writeConfigOf(opts)
 	k := planKey{t: t, table: table, op: op}
 	if wc.subset {
@@ -74,9 +75,9 @@ func writeConfigOf(opts []WriteOption) writeConfig {
 	return *wc
 }
 
-func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writeConfig) *structPlan {
+func (s *state) buildPlan(t reflect.Type, table string, op string, wc writeConfig) *structPlan {
 	p := &structPlan{}
-	opName := op.String()
+	opName := op
 	ti, err := s.typeInfo(t)
 	if err != nil {
 		p.err = err
@@ -87,16 +88,13 @@ func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writ
 		_, p.err = ti.key(table, reflect.Value{})
 		return p
 	}
-	d := s.cfg.dialect
-	qt, err := d.QuoteTable(table)
+	qc := s.cfg.quoteChar
+	qt, err := vmodel.QuoteTable(opName, table, qc)
 	if err != nil {
-		p.err = relabel(err, opName)
+		p.err = err
 		return p
 	}
-	quote := func(name string) (string, error) {
-		q, err := d.QuoteIdent(name)
-		return q, relabel(err, opName)
-	}
+	quote := func(name string) (string, error) { return vmodel.QuoteIdent(opName, "column", name, qc) }
 	qv, err := quote(ti.version.name)
 	if err != nil {
 		p.err = err
@@ -127,7 +125,7 @@ func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writ
 		}
 	}
 	var qset []string // quoted in statement order: set columns, then keys
-	if op == versioned.OpUpdate {
+	if op == "update" {
 		qset = make([]string, len(set))
 		for i, c := range set {
 			if qset[i], err = quote(c.name); err != nil {
@@ -150,7 +148,7 @@ func (s *state) buildPlan(t reflect.Type, table string, op versioned.Op, wc writ
 		n++
 		writeBindVar(b, s.cfg.bindType, n, "p"+strconv.Itoa(n))
 	}
-	if op == versioned.OpDelete {
+	if op == "delete" {
 		st.Delete(&b, bind)
 		p.sql = b.String()
 		return p
@@ -175,16 +173,6 @@ func (ti *typeInfo) column(name string) (column, bool) {
 	return column{}, false
 }
 
-// relabel sets the Op of a *versioned.InputError from quoting.
-func relabel(err error, op string) error {
-	if ie, ok := err.(*versioned.InputError); ok {
-		c := *ie
-		c.Op = op
-		return &c
-	}
-	return err
-}
-
 // Update writes the struct ptr points to into table with its version as the
 // guard, in one round trip:
 //
@@ -200,7 +188,7 @@ func relabel(err error, op string) error {
 // *versioned.KeyError (versioned.ErrNoKey) and nothing is sent; a version at
 // its type's largest value is *versioned.OverflowError.
 func (h *Helper) Update(ctx context.Context, table string, ptr any, opts ...WriteOption) error {
-	return h.write(ctx, versioned.OpUpdate, table, ptr, opts)
+	return h.write(ctx, "update", table, ptr, opts)
 }
 
 // Delete deletes the struct's row from table if it is still at the struct's
@@ -211,11 +199,11 @@ func (h *Helper) Update(ctx context.Context, table string, ptr any, opts ...Writ
 // and returns *versioned.StaleError when it is not (or is gone). The errors
 // are Update's.
 func (h *Helper) Delete(ctx context.Context, table string, ptr any) error {
-	return h.write(ctx, versioned.OpDelete, table, ptr, nil)
+	return h.write(ctx, "delete", table, ptr, nil)
 }
 
-func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr any, opts []WriteOption) error {
-	opName := op.String()
+func (h *Helper) write(ctx context.Context, op string, table string, ptr any, opts []WriteOption) error {
+	opName := op
 	ex, err := h.execer(opName)
 	if err != nil {
 		return err
@@ -249,39 +237,11 @@ func (h *Helper) write(ctx context.Context, op versioned.Op, table string, ptr a
 		return fmt.Errorf("sqlxhelpers: %s %s: %w", opName, table, err)
 	}
 	if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
-		g := versioned.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer}
-		return g.CheckContext(ctx, res, nil)
+		g := vguard.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer}
+		return g.Check(ctx, res, nil)
 	}
-	if op == versioned.OpUpdate {
+	if op == "update" {
 		return ti.setVersion(rv, exp+1)
 	}
 	return nil
-}
-
-// UpdateSQL returns the statement Update runs for ptr's type, for logs and
-// tests. Its arguments are the assigned values, the key values and the
-// expected version, in that order.
-func (h *Helper) UpdateSQL(table string, ptr any, opts ...WriteOption) (string, error) {
-	return h.sqlFor(versioned.OpUpdate, table, ptr, opts)
-}
-
-// DeleteSQL returns the statement Delete runs for ptr's type.
-func (h *Helper) DeleteSQL(table string, ptr any) (string, error) {
-	return h.sqlFor(versioned.OpDelete, table, ptr, nil)
-}
-
-func (h *Helper) sqlFor(op versioned.Op, table string, ptr any, opts []WriteOption) (string, error) {
-	t := reflect.TypeOf(ptr)
-	if t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || t.Kind() != reflect.Struct {
-		return "", &versioned.InputError{Op: op.String(), Arg: "value",
-			Reason: fmt.Sprintf("%T is not a struct or a pointer to one", ptr), Kind: versioned.ErrInvalidArg}
-	}
-	p, err := h.s.plan(t, table, op, opts)
-	if err != nil {
-		return "", err
-	}
-	return p.sql, nil
 }

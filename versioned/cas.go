@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/sqlock/sqlock"
 )
 
 // CASResult is the outcome of a compare-and-swap. Losing the race is an
@@ -53,13 +55,13 @@ func (r CASResult) String() string {
 // (a data-modifying WITH), so the answer costs one round trip and comes
 // from one snapshot. MySQL and SQLite have no such statement: there a
 // second query, by key only, runs after a swap that changed nothing.
-func CompareAndSwap(ctx context.Context, db Querier, t *Table, key any, expect []Pair, set ...Pair) (CASResult, error) {
+func CompareAndSwap(ctx context.Context, db DB, t *Table, key any, expect []Pair, set ...Pair) (CASResult, error) {
 	const op = "compare-and-swap"
 	if t == nil {
 		return 0, inputErr(op, "table", "nil *Table", ErrInvalidArg)
 	}
 	if isNilHandle(db) {
-		return 0, inputErr(op, "db", "nil database handle", ErrNilHandle)
+		return 0, inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
 	if len(expect) == 0 {
 		return 0, inputErr(op, "expect", "no expected value: a swap without a compare is a plain UPDATE", ErrInvalidArg)
@@ -130,7 +132,7 @@ func CompareAndSwap(ctx context.Context, db Querier, t *Table, key any, expect [
 	return t.casResult(n, exists, key)
 }
 
-func (t *Table) casTwoStep(ctx context.Context, db Querier, query string, args []any, key any) (CASResult, error) {
+func (t *Table) casTwoStep(ctx context.Context, db DB, query string, args []any, key any) (CASResult, error) {
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("versioned: compare-and-swap on %s: %w", t.name, err)

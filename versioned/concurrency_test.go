@@ -228,7 +228,7 @@ func TestCompareAndSwapRace(t *testing.T) {
 				defer wg.Done()
 				<-start
 				res, err := versioned.CompareAndSwap(ctx, db, tasks, int64(1),
-					versioned.Expect(versioned.Eq("status", "unclaimed")),
+					[]versioned.Pair{versioned.Eq("status", "unclaimed")},
 					versioned.Set("status", "claimed"), versioned.Set("worker_id", w))
 				if err != nil {
 					errs <- err
@@ -268,7 +268,7 @@ func TestCompareAndSwapOutcomes(t *testing.T) {
 	db := pg.SQL()
 	ctx := ctxT(t)
 	tasks := versioned.MustTable("tasks")
-	claim := func(db versioned.Querier, id any, expect ...versioned.Pair) versioned.CASResult {
+	claim := func(db versioned.DB, id any, expect ...versioned.Pair) versioned.CASResult {
 		t.Helper()
 		res, err := versioned.CompareAndSwap(ctx, db, tasks, id, expect,
 			versioned.Set("status", "claimed"), versioned.Set("worker_id", 7))

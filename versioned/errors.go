@@ -35,27 +35,16 @@ var (
 	// statement has run: roll back the transaction it ran in.
 	ErrKeyNotUnique = errors.New("versioned: key matched more than one row")
 
-	// ErrInvalidModel: a struct's lock tags are wrong (a version field that
-	// is not a plain integer, two version fields, an unknown tag option …).
-	// Returned as *TagError.
+	// ErrInvalidModel: a struct's lock tags cannot be used: it has no
+	// lock:"version" field, a version field that is not a plain integer,
+	// two version fields, an unknown tag option … Returned as *TagError.
 	ErrInvalidModel = vmodel.ErrInvalidModel
 
-	// ErrNoVersionField: the struct has no lock:"version" field. Returned
-	// as *TagError.
-	ErrNoVersionField = vmodel.ErrNoVersionField
-
-	// ErrNilHandle: the database handle is nil (an untyped nil or a nil
-	// *sql.DB, *sql.Tx, *sql.Conn …). Returned as *InputError.
-	ErrNilHandle = vmodel.ErrNilHandle
-
-	// ErrInvalidIdent: a table or column name is empty, contains NUL or is
-	// not valid UTF-8. Returned as *InputError.
-	ErrInvalidIdent = vmodel.ErrInvalidIdent
-
-	// ErrInvalidArg: any other argument a call cannot honour (a nil Table,
-	// an assignment to the version column, a duplicate column, a
-	// compare-and-swap without a compare or without a swap …). Returned as
-	// *InputError.
+	// ErrInvalidArg: an argument a call cannot honour (a nil Table, an
+	// empty or invalid table or column name, an assignment to the version
+	// column, a duplicate column, a compare-and-swap without a compare or
+	// without a swap …). Returned as *InputError. A nil database handle is
+	// an *InputError too, matching [sqlock.ErrNilHandle] instead.
 	ErrInvalidArg = vmodel.ErrInvalidArg
 )
 
@@ -67,99 +56,51 @@ type retryableSentinel struct{ msg, cause string }
 func (e *retryableSentinel) Error() string      { return e.msg }
 func (e *retryableSentinel) RetryCause() string { return e.cause }
 
-// Op is the kind of versioned write that went stale.
-type Op uint8
-
-const (
-	// OpUpdate is a versioned UPDATE.
-	OpUpdate Op = iota + 1
-	// OpDelete is a versioned DELETE.
-	OpDelete
-)
-
-func (o Op) String() string {
-	switch o {
-	case OpUpdate:
-		return "update"
-	case OpDelete:
-		return "delete"
-	}
-	return "write"
-}
-
-// RowState is what a stale probe found: the one query run after a conflict,
-// only when the caller asked for it (WithProbe).
-type RowState uint8
-
-const (
-	// RowUnknown: not probed (probing is off, or the probe itself failed;
-	// see StaleError.ProbeErr).
-	RowUnknown RowState = iota
-	// RowGone: no row has the key any more (it was deleted, or never
-	// existed).
-	RowGone
-	// RowChanged: the row exists at another version (StaleError.Current).
-	RowChanged
-	// RowUnchanged: the row exists at the expected version, so some other
-	// condition of the statement failed. Only a hand-written statement with
-	// extra conditions (Guard) can get this.
-	RowUnchanged
-)
-
-func (s RowState) String() string {
-	switch s {
-	case RowGone:
-		return "gone"
-	case RowChanged:
-		return "changed"
-	case RowUnchanged:
-		return "unchanged"
-	}
-	return "unknown"
-}
-
 // StaleError reports a versioned write that changed nothing because the row
 // was not at the expected version (or is gone). errors.Is(err, ErrStale) is
 // true for it, and it has RetryCause() == "stale", which is how package
 // retry recognises it as worth another attempt: re-read the row and try
 // again.
 type StaleError struct {
-	Table    string // the table as given to the Table or Guard
+	Table    string // the table as given to NewTable
 	Key      any    // the key value as given (a CompositeKey for several columns)
 	Expected int64  // the version the write expected
-	Op       Op     // OpUpdate or OpDelete
+	Op       string // "update" or "delete"
 
-	// Set only when probing was asked for.
-	State   RowState // what the probe found
-	Current int64    // the row's version when State is RowChanged or RowUnchanged
-	// CurrentNull: the probe found the row's version NULL (State is
-	// RowChanged, Current 0). NULL never equals an expected version: make
-	// the column NOT NULL.
+	// What the probe found, set only when probing was asked for
+	// (WithProbe). Probed is false when probing is off or the probe itself
+	// failed (ProbeErr).
+	Probed bool
+	// Gone: no row has the key any more (it was deleted, or never existed).
+	Gone bool
+	// Current is the row's version when the row is there (not Gone). It
+	// can equal Expected only for a row deleted and inserted again.
+	Current int64
+	// CurrentNull: the row's version is NULL (Current is 0). NULL never
+	// equals an expected version: make the column NOT NULL.
 	CurrentNull bool
-	ProbeErr    error // the probe's own error, when State is RowUnknown because it failed
+	ProbeErr    error // the probe's own error, when it failed
 }
 
 func (e *StaleError) Error() string {
 	var b strings.Builder
 	b.WriteString("versioned: stale version: ")
-	b.WriteString(e.Op.String())
+	b.WriteString(e.Op)
 	b.WriteString(" of ")
 	b.WriteString(e.Table)
 	b.WriteString(" key ")
 	b.WriteString(formatKey(e.Key))
 	b.WriteString(" at version ")
 	b.WriteString(strconv.FormatInt(e.Expected, 10))
-	switch e.State {
-	case RowGone:
+	switch {
+	case e.Probed && e.Gone:
 		b.WriteString(": row is gone")
-	case RowChanged:
-		if e.CurrentNull {
-			b.WriteString(": the row's version is NULL, which never matches (make the column NOT NULL)")
-			break
-		}
+	case e.Probed && e.CurrentNull:
+		b.WriteString(": the row's version is NULL, which never matches (make the column NOT NULL)")
+	case e.Probed && e.Current != e.Expected:
 		b.WriteString(": row is now at version ")
 		b.WriteString(strconv.FormatInt(e.Current, 10))
-	case RowUnchanged:
+	case e.Probed:
 		b.WriteString(": row is still at that version (another condition failed)")
 	default:
 		if e.ProbeErr != nil {
@@ -177,9 +118,6 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 // RetryCause returns "stale": the contract by which package retry (which
 // imports nothing of this package) retries a stale write.
 func (e *StaleError) RetryCause() string { return "stale" }
-
-// Gone reports whether a probe found the row deleted (or never there).
-func (e *StaleError) Gone() bool { return e.State == RowGone }
 
 // OverflowError reports a version that cannot be incremented, or a value that
 // does not fit the version's type. Nothing was sent to the database. Its
@@ -213,16 +151,14 @@ func (e *RowsError) Is(target error) bool { return target == ErrKeyNotUnique }
 // time the type is seen (the verdict is cached with the type). Its fields:
 // Type (the struct type), Field (the Go field name, "" for the type as a
 // whole), Tag (the lock tag's value) and Reason. errors.Is(err,
-// ErrNoVersionField) is true when the type has no lock:"version" field,
-// errors.Is(err, ErrInvalidModel) for every other misuse.
+// ErrInvalidModel) is true for it.
 type TagError = vmodel.TagError
 
 // InputError reports a bad argument: a nil handle, an invalid identifier,
 // or another argument the call cannot honour. Nothing was sent. Its fields:
-// Op (the call: "update", "delete", "compare-and-swap", "table", "check",
-// "quote"), Arg (which argument: "db", "table", "column", "set" …), Reason,
-// and Kind (ErrNilHandle, ErrInvalidIdent or ErrInvalidArg), which
-// errors.Is matches.
+// Op (the call: "update", "delete", "compare-and-swap", "table"), Arg
+// (which argument: "db", "table", "column", "set" …), Reason, and Kind
+// ([sqlock.ErrNilHandle] or [ErrInvalidArg]), which errors.Is matches.
 type InputError = vmodel.InputError
 
 func inputErr(op, arg, reason string, kind error) error {

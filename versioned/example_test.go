@@ -75,9 +75,9 @@ func ExampleDelete() {
 	err := versioned.Delete(context.Background(), db, carts, "u1", int32(3))
 	var stale *versioned.StaleError
 	if errors.As(err, &stale) {
-		fmt.Println(stale.Op, stale.State, stale.Gone())
+		fmt.Println(stale.Op, stale.Gone)
 	}
-	// Output: delete gone true
+	// Output: delete true
 }
 
 func ExampleCompareAndSwap() {
@@ -91,7 +91,7 @@ func ExampleCompareAndSwap() {
 
 	tasks := versioned.MustTable("tasks")
 	res, err := versioned.CompareAndSwap(context.Background(), db, tasks, 1001,
-		versioned.Expect(versioned.Eq("status", "unclaimed")),
+		[]versioned.Pair{versioned.Eq("status", "unclaimed")},
 		versioned.Set("status", "claimed"), versioned.Set("worker_id", "w-7"))
 	switch {
 	case err != nil:
@@ -104,31 +104,6 @@ func ExampleCompareAndSwap() {
 		fmt.Println("no such task")
 	}
 	// Output: another worker claimed it first
-}
-
-func ExampleGuard_Check() {
-	db, mock, _ := sqlmock.New()
-	defer db.Close()
-	mock.ExpectExec("UPDATE seats").WillReturnResult(sqlmock.NewResult(0, 0))
-
-	ctx := context.Background()
-	err := versioned.Guard{Table: "seats", Key: "12F", Expected: 4}.Check(db.ExecContext(ctx,
-		`UPDATE seats SET holder = $1, version = version + 1 WHERE seat = $2 AND version = $3 AND holder IS NULL`,
-		"ann", "12F", 4))
-	fmt.Println(err)
-	// Output: versioned: stale version: update of seats key "12F" at version 4
-}
-
-func ExampleTable_UpdateSQL() {
-	for _, d := range []versioned.Dialect{versioned.Postgres, versioned.MySQL, versioned.SQLite} {
-		t := versioned.MustTable("shop.orders", versioned.WithDialect(d), versioned.WithKey("tenant", "id"))
-		q, _ := t.UpdateSQL("state")
-		fmt.Println(q)
-	}
-	// Output:
-	// UPDATE "shop"."orders" SET "state" = $1, "version" = "version" + 1 WHERE "tenant" = $2 AND "id" = $3 AND "version" = $4
-	// UPDATE `shop`.`orders` SET `state` = ?, `version` = `version` + 1 WHERE `tenant` = ? AND `id` = ? AND `version` = ?
-	// UPDATE "shop"."orders" SET "state" = ?, "version" = "version" + 1 WHERE "tenant" = ? AND "id" = ? AND "version" = ?
 }
 
 func ExampleUpdateStruct() {

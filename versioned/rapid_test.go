@@ -376,7 +376,7 @@ func (m *structModel) update(rt *rapid.T, p reflect.Value, r int) {
 		}
 		return
 	}
-	m.wantStale(rt, err, r, versioned.OpUpdate)
+	m.wantStale(rt, err, r, "update")
 	if got := versionOf(rt, p); got != before {
 		rt.Fatalf("stale UpdateStruct changed the struct's version %d → %d", before, got)
 	}
@@ -392,7 +392,7 @@ func (m *structModel) delete(rt *rapid.T, p reflect.Value, r int) {
 		m.rows[r].present = false
 		return
 	}
-	m.wantStale(rt, err, r, versioned.OpDelete)
+	m.wantStale(rt, err, r, "delete")
 }
 
 // cas swaps the version (and note) by compare-and-swap on the version, and
@@ -429,7 +429,7 @@ func (m *structModel) cas(rt *rapid.T, p reflect.Value, r int) {
 	}
 }
 
-func (m *structModel) wantStale(rt *rapid.T, err error, r int, op versioned.Op) {
+func (m *structModel) wantStale(rt *rapid.T, err error, r int, op string) {
 	var se *versioned.StaleError
 	if !errors.As(err, &se) || !errors.Is(err, versioned.ErrStale) || se.Op != op {
 		rt.Fatalf("%v of a stale copy: %v, want *StaleError", op, err)
@@ -438,9 +438,9 @@ func (m *structModel) wantStale(rt *rapid.T, err error, r int, op versioned.Op) 
 		return
 	}
 	switch row := m.rows[r]; {
-	case !row.present && se.State != versioned.RowGone:
+	case !row.present && !se.Gone:
 		rt.Fatalf("probe of a deleted row: %v", err)
-	case row.present && (se.State != versioned.RowChanged || se.Current != row.version):
+	case row.present && (!rowChanged(se) || se.Current != row.version):
 		rt.Fatalf("probe of a row at version %d: %v", row.version, err)
 	}
 }

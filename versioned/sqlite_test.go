@@ -35,7 +35,7 @@ func TestSQLiteDialect(t *testing.T) {
 	}
 	_, err = versioned.Update(ctx, db, items, 1, uint8(0), versioned.Set("na me", "z"))
 	var se *versioned.StaleError
-	if !errors.As(err, &se) || se.State != versioned.RowChanged || se.Current != 1 {
+	if !errors.As(err, &se) || !rowChanged(se) || se.Current != 1 {
 		t.Fatalf("stale Update: %v", err)
 	}
 	if err := versioned.Delete(ctx, db, items, 2, 5); !errors.As(err, &se) || se.Current != 0 {
@@ -44,7 +44,7 @@ func TestSQLiteDialect(t *testing.T) {
 	if err := versioned.Delete(ctx, db, items, 2, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := versioned.Delete(ctx, db, items, 2, 0); !errors.As(err, &se) || !se.Gone() {
+	if err := versioned.Delete(ctx, db, items, 2, 0); !errors.As(err, &se) || !se.Gone {
 		t.Fatalf("Delete of a deleted row: %v", err)
 	}
 	var name string
@@ -57,7 +57,7 @@ func TestSQLiteDialect(t *testing.T) {
 	// Compare-and-swap: Missing, then a race of 16 claimers with one winner.
 	claim := func(id int, w int) (versioned.CASResult, error) {
 		return versioned.CompareAndSwap(ctx, db, items, id,
-			versioned.Expect(versioned.Eq("status", "open"), versioned.Eq("owner", nil)),
+			[]versioned.Pair{versioned.Eq("status", "open"), versioned.Eq("owner", nil)},
 			versioned.Set("status", "taken"), versioned.Set("owner", w))
 	}
 	if r, err := claim(2, 1); err != nil || r != versioned.Missing {

@@ -21,7 +21,7 @@ import (
 // key columns, a key field whose column is not a key column of the Table,
 // or two key fields for one column is refused with *[KeyError]
 // ([ErrNoKey]) naming that column, and nothing is sent.
-func UpdateStruct(ctx context.Context, db Execer, t *Table, ptr any, set ...Pair) error {
+func UpdateStruct(ctx context.Context, db DB, t *Table, ptr any, set ...Pair) error {
 	m, rv, err := modelFor("update", ptr)
 	if err != nil {
 		return err
@@ -50,7 +50,7 @@ func UpdateStruct(ctx context.Context, db Execer, t *Table, ptr any, set ...Pair
 // DeleteStruct is Delete for a struct with a lock:"version" field, by the
 // struct's key and version. Key fields are matched to the Table's key
 // columns by name, as for [UpdateStruct].
-func DeleteStruct(ctx context.Context, db Execer, t *Table, ptr any) error {
+func DeleteStruct(ctx context.Context, db DB, t *Table, ptr any) error {
 	m, rv, err := modelFor("delete", ptr)
 	if err != nil {
 		return err

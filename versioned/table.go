@@ -9,20 +9,16 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/observe"
 )
 
-// Execer runs a statement: *sql.DB, *sql.Tx and *sql.Conn satisfy it (and so
-// do sqlx's handles, which embed them).
-type Execer interface {
+// DB runs statements: *sql.DB, *sql.Tx and *sql.Conn satisfy it, and so do
+// sqlx's handles, which embed them. Update and Delete only execute;
+// QueryRowContext serves CompareAndSwap and the stale probe (WithProbe).
+type DB interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// Querier is an Execer that can also read one row. *sql.DB, *sql.Tx and
-// *sql.Conn satisfy it.
-type Querier interface {
-	Execer
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
@@ -40,10 +36,6 @@ func Set(column string, value any) Pair { return Pair{Column: column, Value: val
 // Eq is the condition column = value (column IS NULL when value is nil, a
 // nil pointer or a driver.Valuer that yields NULL).
 func Eq(column string, value any) Pair { return Pair{Column: column, Value: value} }
-
-// Expect groups the conditions of a compare-and-swap; it only makes call
-// sites read well.
-func Expect(conds ...Pair) []Pair { return conds }
 
 // CompositeKey is the key value of a table with several key columns, in the
 // order of WithKey.
@@ -170,11 +162,11 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 		}
 	}
 	if !cfg.dialect.valid() {
-		return nil, inputErr("table", "dialect", cfg.dialect.String()+" is not a known dialect", ErrInvalidArg)
+		return nil, inputErr("table", "dialect", cfg.dialect.name()+" is not a known dialect", ErrInvalidArg)
 	}
-	qt, err := cfg.dialect.QuoteTable(name)
+	qt, err := vmodel.QuoteTable("table", name, cfg.dialect.quoteChar())
 	if err != nil {
-		return nil, retag(err, "table")
+		return nil, err
 	}
 	if len(cfg.keys) == 0 {
 		return nil, inputErr("table", "key", "no key columns: a write without a key would touch every row", ErrInvalidArg)
@@ -192,16 +184,15 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 		if k == cfg.version {
 			return nil, inputErr("table", "key column", fmt.Sprintf("%q is also the version column", k), ErrInvalidArg)
 		}
-		q, _ := cfg.dialect.QuoteIdent(k)
-		t.qKeys = append(t.qKeys, q)
+		t.qKeys = append(t.qKeys, t.quote(k))
 	}
 	if err := checkIdent("table", "version column", cfg.version); err != nil {
 		return nil, err
 	}
-	t.qVersion, _ = cfg.dialect.QuoteIdent(cfg.version)
-	t.cte, _ = cfg.dialect.QuoteIdent("sqlock_cas")
+	t.qVersion = t.quote(cfg.version)
+	t.cte = t.quote("sqlock_cas")
 	if t.cte == qt {
-		t.cte, _ = cfg.dialect.QuoteIdent("sqlock_cas_")
+		t.cte = t.quote("sqlock_cas_")
 	}
 
 	b := sqlBuf{d: cfg.dialect}
@@ -234,34 +225,12 @@ func MustTable(name string, opts ...Option) *Table {
 	return t
 }
 
-// retag relabels an identifier error from QuoteTable as coming from op.
-func retag(err error, op string) error {
-	var ie *InputError
-	if errors.As(err, &ie) {
-		c := *ie
-		c.Op = op
-		return &c
-	}
-	return err
+// quote quotes a checked identifier for the table's dialect.
+func (t *Table) quote(name string) string {
+	var b strings.Builder
+	t.cfg.dialect.writeQuoted(&b, name)
+	return b.String()
 }
-
-// Name returns the table name as given.
-func (t *Table) Name() string { return t.name }
-
-// Dialect returns the table's dialect.
-func (t *Table) Dialect() Dialect { return t.cfg.dialect }
-
-// KeyColumns returns the key column names.
-func (t *Table) KeyColumns() []string { return append([]string(nil), t.cfg.keys...) }
-
-// VersionColumn returns the version column name.
-func (t *Table) VersionColumn() string { return t.cfg.version }
-
-// DeleteSQL returns the statement Delete runs, for logs and tests.
-func (t *Table) DeleteSQL() string { return t.deleteSQL }
-
-// ProbeSQL returns the statement a stale probe runs.
-func (t *Table) ProbeSQL() string { return t.probeSQL }
 
 // stmt is the table's versioned write shape, shared with sqlxhelpers.
 func (t *Table) stmt() vmodel.Stmt {
@@ -270,18 +239,6 @@ func (t *Table) stmt() vmodel.Stmt {
 
 // whereKey writes " WHERE k1 = $a AND k2 = $b" with fresh placeholders.
 func (t *Table) whereKey(b *sqlBuf) { t.stmt().WhereKey(&b.b, b.paramTo) }
-
-// UpdateSQL returns the statement Update runs for these assignment
-// columns, for logs, tests and callers who run it themselves (arguments:
-// the assigned values in order, the key values, then the expected
-// version).
-func (t *Table) UpdateSQL(columns ...string) (string, error) {
-	set := make([]Pair, len(columns))
-	for i, c := range columns {
-		set[i].Column = c
-	}
-	return t.updateSQL("update", set)
-}
 
 func (t *Table) updateSQL(op string, set []Pair) (string, error) {
 	size := 40 + len(t.qTable) + 2*len(t.qVersion) + 8*len(t.qKeys)
@@ -322,7 +279,7 @@ func (t *Table) updateSQL(op string, set []Pair) (string, error) {
 //
 // The version's Go type V decides where it overflows: an int8 version
 // stops at 127 with *OverflowError rather than wrapping.
-func Update[V Integer](ctx context.Context, db Execer, t *Table, key any, expected V, set ...Pair) (V, error) {
+func Update[V Integer](ctx context.Context, db DB, t *Table, key any, expected V, set ...Pair) (V, error) {
 	// Next refuses a value outside the type's range or at its largest, so
 	// the conversion below is exact.
 	if _, err := vmodel.Next(expected); err != nil {
@@ -336,16 +293,13 @@ func Update[V Integer](ctx context.Context, db Execer, t *Table, key any, expect
 
 // update runs the versioned UPDATE; the caller has checked that exp + 1
 // fits the version's type.
-func (t *Table) update(ctx context.Context, db Execer, key any, exp int64, set []Pair) (int64, error) {
+func (t *Table) update(ctx context.Context, db DB, key any, exp int64, set []Pair) (int64, error) {
 	const op = "update"
 	if t == nil {
 		return exp, inputErr(op, "table", "nil *Table", ErrInvalidArg)
 	}
 	if isNilHandle(db) {
-		return exp, inputErr(op, "db", "nil database handle", ErrNilHandle)
-	}
-	if err := t.needProbe(op, db); err != nil {
-		return exp, err
+		return exp, inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
 	query, err := t.cachedUpdateSQL(op, set)
 	if err != nil {
@@ -363,7 +317,7 @@ func (t *Table) update(ctx context.Context, db Execer, key any, exp int64, set [
 	if err != nil {
 		return exp, fmt.Errorf("versioned: update %s: %w", t.name, err)
 	}
-	if err := t.affected(ctx, db, res, key, exp, OpUpdate); err != nil {
+	if err := t.affected(ctx, db, res, key, exp, "update"); err != nil {
 		return exp, err
 	}
 	return exp + 1, nil
@@ -376,7 +330,7 @@ func (t *Table) update(ctx context.Context, db Execer, key any, exp int64, set [
 // and returns a *StaleError (errors.Is(err, ErrStale)) when no row matches,
 // or a typed error without sending anything when the key is missing or an
 // argument is invalid.
-func Delete[V Integer](ctx context.Context, db Execer, t *Table, key any, expected V) error {
+func Delete[V Integer](ctx context.Context, db DB, t *Table, key any, expected V) error {
 	exp, err := vmodel.Int64(expected)
 	if err != nil {
 		return err
@@ -384,16 +338,13 @@ func Delete[V Integer](ctx context.Context, db Execer, t *Table, key any, expect
 	return t.delete(ctx, db, key, exp)
 }
 
-func (t *Table) delete(ctx context.Context, db Execer, key any, exp int64) error {
+func (t *Table) delete(ctx context.Context, db DB, key any, exp int64) error {
 	const op = "delete"
 	if t == nil {
 		return inputErr(op, "table", "nil *Table", ErrInvalidArg)
 	}
 	if isNilHandle(db) {
-		return inputErr(op, "db", "nil database handle", ErrNilHandle)
-	}
-	if err := t.needProbe(op, db); err != nil {
-		return err
+		return inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
 	args := make([]any, 0, len(t.qKeys)+1)
 	args, err := t.appendKey(args, key)
@@ -405,22 +356,12 @@ func (t *Table) delete(ctx context.Context, db Execer, key any, exp int64) error
 	if err != nil {
 		return fmt.Errorf("versioned: delete from %s: %w", t.name, err)
 	}
-	return t.affected(ctx, db, res, key, exp, OpDelete)
-}
-
-func (t *Table) needProbe(op string, db Execer) error {
-	if !t.cfg.probe {
-		return nil
-	}
-	if _, ok := db.(Querier); !ok {
-		return inputErr(op, "db", fmt.Sprintf("WithProbe needs QueryRowContext, which %T lacks", db), ErrInvalidArg)
-	}
-	return nil
+	return t.affected(ctx, db, res, key, exp, "delete")
 }
 
 // affected turns the result of a versioned write into nil, *StaleError or
 // *RowsError.
-func (t *Table) affected(ctx context.Context, db Execer, res sql.Result, key any, exp int64, op Op) error {
+func (t *Table) affected(ctx context.Context, db DB, res sql.Result, key any, exp int64, op string) error {
 	n, err := res.RowsAffected()
 	if err != nil {
 		return fmt.Errorf("versioned: %s %s: rows affected: %w", op, t.name, err)
@@ -433,16 +374,14 @@ func (t *Table) affected(ctx context.Context, db Execer, res sql.Result, key any
 	}
 	se := &StaleError{Table: t.name, Key: key, Expected: exp, Op: op}
 	if t.cfg.probe {
-		if q, ok := db.(Querier); ok {
-			t.probe(ctx, q, key, se)
-		}
+		t.probe(ctx, db, key, se)
 	}
 	t.cfg.observer.Observe(ctx, observe.Event{Kind: observe.Stale, Source: "versioned", Table: t.name, Err: se})
 	return se
 }
 
-// probe fills in se.State and se.Current with one SELECT by key.
-func (t *Table) probe(ctx context.Context, q Querier, key any, se *StaleError) {
+// probe fills in what se says of the row now, with one SELECT by key.
+func (t *Table) probe(ctx context.Context, q DB, key any, se *StaleError) {
 	args, err := t.appendKey(make([]any, 0, len(t.qKeys)), key)
 	if err != nil {
 		se.ProbeErr = err
@@ -451,15 +390,11 @@ func (t *Table) probe(ctx context.Context, q Querier, key any, se *StaleError) {
 	var cur sql.NullInt64
 	switch err := q.QueryRowContext(ctx, t.probeSQL, args...).Scan(&cur); {
 	case errors.Is(err, sql.ErrNoRows):
-		se.State = RowGone
+		se.Probed, se.Gone = true, true
 	case err != nil:
 		se.ProbeErr = err
-	case cur.Valid && cur.Int64 == se.Expected:
-		se.State, se.Current = RowUnchanged, cur.Int64
-	case !cur.Valid:
-		se.State, se.CurrentNull = RowChanged, true
 	default:
-		se.State, se.Current = RowChanged, cur.Int64
+		se.Probed, se.Current, se.CurrentNull = true, cur.Int64, !cur.Valid
 	}
 }
 

@@ -87,7 +87,7 @@ var tasksTable = versioned.MustTable("tasks")
 
 func claimCAS(ctx context.Context, w *replica, task, me int) (bool, error) {
 	res, err := versioned.CompareAndSwap(ctx, w.db, tasksTable, task,
-		versioned.Expect(versioned.Eq("status", "unclaimed")),
+		[]versioned.Pair{versioned.Eq("status", "unclaimed")},
 		versioned.Set("status", "claimed"), versioned.Set("worker", me))
 	return res == versioned.Won, err
 }

@@ -89,7 +89,7 @@ var seatsTable = versioned.MustTable("seats")
 func buyCAS(ctx context.Context, w *replica, buyer int) (outcome, error) {
 	time.Sleep(thinkTime)
 	res, err := versioned.CompareAndSwap(ctx, w.db, seatsTable, 42,
-		versioned.Expect(versioned.Eq("buyer", nil)), versioned.Set("buyer", buyer))
+		[]versioned.Pair{versioned.Eq("buyer", nil)}, versioned.Set("buyer", buyer))
 	if err != nil {
 		return 0, err
 	}

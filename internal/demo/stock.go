@@ -118,7 +118,7 @@ func orderCAS(ctx context.Context, w *replica) (outcome, error) {
 		}
 		time.Sleep(reserveTime)
 		res, err := versioned.CompareAndSwap(ctx, w.db, productsTable, 7,
-			versioned.Expect(versioned.Eq("stock", stock)),
+			[]versioned.Pair{versioned.Eq("stock", stock)},
 			versioned.Set("stock", stock-1), versioned.Set("sold", sold+1))
 		if err != nil || res == versioned.Won {
 			return success, err

@@ -11,14 +11,14 @@ import (
 // re-exports them under the same names (its ErrOverflow is this
 // ErrOverflow, its *TagError this *TagError), so errors.Is and errors.As
 // work the same whichever package returned the error.
+//
+// A nil handle is reported with sqlock.ErrNilHandle as the Kind of an
+// *InputError; an identifier no dialect can quote is ErrInvalidArg.
 var (
-	ErrOverflow       = errors.New("versioned: version overflow")
-	ErrNoKey          = errors.New("versioned: missing key value")
-	ErrInvalidModel   = errors.New("versioned: invalid model")
-	ErrNoVersionField = errors.New("versioned: no lock:\"version\" field")
-	ErrNilHandle      = errors.New("versioned: nil database handle")
-	ErrInvalidIdent   = errors.New("versioned: invalid identifier")
-	ErrInvalidArg     = errors.New("versioned: invalid argument")
+	ErrOverflow     = errors.New("versioned: version overflow")
+	ErrNoKey        = errors.New("versioned: missing key value")
+	ErrInvalidModel = errors.New("versioned: invalid model")
+	ErrInvalidArg   = errors.New("versioned: invalid argument")
 )
 
 // OverflowError reports a version that cannot be incremented, or a value that
@@ -64,7 +64,6 @@ type TagError struct {
 	Field  string       // the Go field name ("" for the type as a whole)
 	Tag    string       // the lock tag's value, when there is one
 	Reason string
-	noVer  bool // ErrNoVersionField rather than ErrInvalidModel
 }
 
 func (e *TagError) Error() string {
@@ -89,14 +88,9 @@ func (e *TagError) Error() string {
 	return b.String()
 }
 
-// Is makes errors.Is true for ErrInvalidModel, or for ErrNoVersionField when
-// the type simply has no version field.
-func (e *TagError) Is(target error) bool {
-	if e.noVer {
-		return target == ErrNoVersionField
-	}
-	return target == ErrInvalidModel
-}
+// Is makes errors.Is(err, ErrInvalidModel) true, whether the tags are wrong
+// or the type has no version field at all.
+func (e *TagError) Is(target error) bool { return target == ErrInvalidModel }
 
 // InputError reports a bad argument: a nil handle, an invalid identifier,
 // or another argument the call cannot honour. Nothing was sent.
@@ -104,7 +98,7 @@ type InputError struct {
 	Op     string // the call: "update", "delete", "compare-and-swap", "table", "check", "quote"
 	Arg    string // which argument: "db", "table", "column", "set", …
 	Reason string
-	Kind   error // ErrNilHandle, ErrInvalidIdent or ErrInvalidArg
+	Kind   error // sqlock.ErrNilHandle or ErrInvalidArg
 }
 
 func (e *InputError) Error() string {

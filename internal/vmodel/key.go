@@ -9,15 +9,15 @@ import (
 )
 
 // CheckIdent refuses an identifier no dialect can quote: empty, with a NUL
-// byte, or not valid UTF-8 (*InputError, ErrInvalidIdent).
+// byte, or not valid UTF-8 (*InputError, ErrInvalidArg).
 func CheckIdent(op, arg, name string) error {
 	switch {
 	case name == "":
-		return InputErr(op, arg, "empty name", ErrInvalidIdent)
+		return InputErr(op, arg, "empty name", ErrInvalidArg)
 	case strings.IndexByte(name, 0) >= 0:
-		return InputErr(op, arg, strconv.Quote(name)+" contains a NUL byte", ErrInvalidIdent)
+		return InputErr(op, arg, strconv.Quote(name)+" contains a NUL byte", ErrInvalidArg)
 	case !utf8.ValidString(name):
-		return InputErr(op, arg, strconv.Quote(name)+" is not valid UTF-8", ErrInvalidIdent)
+		return InputErr(op, arg, strconv.Quote(name)+" is not valid UTF-8", ErrInvalidArg)
 	}
 	return nil
 }

@@ -242,8 +242,8 @@ type modelEntry struct {
 var models sync.Map // reflect.Type → modelEntry
 
 // Of returns the model of struct type t (or pointer to struct). It
-// fails with *TagError: ErrNoVersionField when no field is tagged
-// lock:"version", ErrInvalidModel for every misuse (a version that is not a
+// fails with *TagError (ErrInvalidModel) when no field is tagged
+// lock:"version", and for every misuse (a version that is not a
 // Go integer, a pointer such as *int64, two version fields, an unexported
 // tagged field, a tag reached through an embedded pointer, a bad tag).
 //
@@ -399,7 +399,7 @@ func parseModel(t reflect.Type) (*Model, error) {
 		return nil, err
 	}
 	if m.Version == nil {
-		return nil, &TagError{Type: t, Reason: `no field tagged lock:"version"`, noVer: true}
+		return nil, &TagError{Type: t, Reason: `no field tagged lock:"version"`}
 	}
 	if len(m.Keys) == 0 && len(idCands) == 1 {
 		m.Keys = idCands

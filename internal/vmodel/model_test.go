@@ -284,7 +284,7 @@ func TestModelOfRejects(t *testing.T) {
 		{emptyTag{}, vmodel.ErrInvalidModel, "empty lock tag"},
 		{keyAndVersion{}, vmodel.ErrInvalidModel, "both version and key"},
 		{badKeyTag{}, vmodel.ErrInvalidModel, "bad column"},
-		{noVersion{}, vmodel.ErrNoVersionField, "no field tagged"},
+		{noVersion{}, vmodel.ErrInvalidModel, "no field tagged"},
 		{42, vmodel.ErrInvalidModel, "not a struct"},
 		{[]strVersion{}, vmodel.ErrInvalidModel, "not a struct"},
 	}
