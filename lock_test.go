@@ -164,7 +164,8 @@ func TestBackendsReportTheSharedOutcomes(t *testing.T) {
 			// End the hold behind the holder's back.
 			switch b.name {
 			case "advisory":
-				db.Exec("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+				db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'
+					AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) // this test's only
 			case "lease":
 				db.Exec("UPDATE sqlock_leases SET owner = gen_random_uuid() WHERE name = 'job'")
 			}

@@ -208,7 +208,7 @@ func runPausedOne(ctx context.Context, exe, dsn string, st *pausedStrategy) (pau
 	}
 	if st.endSession {
 		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-			WHERE locktype = 'advisory' AND granted`); err != nil {
+			WHERE locktype = 'advisory' AND granted AND database = `+thisDatabase); err != nil {
 			return row, err
 		}
 	}
@@ -226,7 +226,7 @@ func runPausedOne(ctx context.Context, exe, dsn string, st *pausedStrategy) (pau
 	time.Sleep(time.Until(stopped.Add(pausedPause))) // the pause lasts 2 × TTL at least
 	if !takeover {                                   // B must still be waiting for A's lock
 		var waiting int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = `+thisDatabase).Scan(&waiting); err != nil {
 			return row, err
 		}
 		row.bWaited = waiting == 1
@@ -299,6 +299,10 @@ func allStopped(pid int) (bool, error) {
 	}
 	return true, nil
 }
+
+// thisDatabase limits a look at pg_locks, which shows the whole cluster's,
+// to the demo's database.
+const thisDatabase = "(SELECT oid FROM pg_database WHERE datname = current_database())"
 
 // migrateLeases creates the leases table, as a service's migration would.
 func migrateLeases(ctx context.Context, dsn string) error {
