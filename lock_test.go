@@ -147,7 +147,10 @@ func TestBackendsReportTheSharedOutcomes(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			db := pgtest.New(t)
 			ctx := context.Background()
-			holder, other := b.open(t, db, time.Second), b.open(t, db, 200*time.Millisecond)
+			// other's wait bound runs out in the test; it must still cover
+			// connecting (and advisory's first-use probe) on a busy machine.
+			bound := max(time.Second, 200*db.Latency())
+			holder, other := b.open(t, db, 10*time.Second), b.open(t, db, bound)
 			lk, err := holder.Acquire(ctx, "job")
 			if err != nil {
 				t.Fatal(err)
