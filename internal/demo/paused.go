@@ -197,7 +197,7 @@ func runPausedOne(ctx context.Context, exe, dsn string, st *pausedStrategy) (pau
 	// A takes the lock and reads; it then waits for "write" on stdin.
 	io.WriteString(a.in, "take\n")
 	if l, err := a.line("holding"); err != nil || l != "holding" {
-		return row, fmt.Errorf("A: %q %v", l, err)
+		return row, fmt.Errorf("replica A: %q %v", l, err)
 	}
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return row, err
@@ -217,10 +217,10 @@ func runPausedOne(ctx context.Context, exe, dsn string, st *pausedStrategy) (pau
 	takeover := st.lease || st.endSession
 	if takeover { // the lock moves to B, who deposits before A resumes
 		if _, err := b.line("holding"); err != nil {
-			return row, fmt.Errorf("B: %w", err)
+			return row, fmt.Errorf("replica B: %w", err)
 		}
 		if row.b, err = b.report(); err != nil {
-			return row, fmt.Errorf("B: %w", err)
+			return row, fmt.Errorf("replica B: %w", err)
 		}
 	}
 	time.Sleep(time.Until(stopped.Add(pausedPause))) // the pause lasts 2 × TTL at least
@@ -235,14 +235,14 @@ func runPausedOne(ctx context.Context, exe, dsn string, st *pausedStrategy) (pau
 		return row, err
 	}
 	if row.a, err = a.report(); err != nil {
-		return row, fmt.Errorf("A: %w", err)
+		return row, fmt.Errorf("replica A: %w", err)
 	}
 	if !takeover {
 		if _, err := b.line("holding"); err != nil {
-			return row, fmt.Errorf("B: %w", err)
+			return row, fmt.Errorf("replica B: %w", err)
 		}
 		if row.b, err = b.report(); err != nil {
-			return row, fmt.Errorf("B: %w", err)
+			return row, fmt.Errorf("replica B: %w", err)
 		}
 	}
 	for _, r := range []*replicaProc{a, b} {
