@@ -163,6 +163,19 @@ func exclusionChild() int {
 					continue
 				}
 				rows, err := guarded(l, `UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, l.Token(), k)
+				if errors.Is(err, lease.ErrLost) {
+					// Lost under load before the section could enter (no
+					// renewal confirmed in time on a starved machine) — and
+					// reported: the guard refused, nothing was written. Only
+					// an overlap or an unreported loss breaks the promise.
+					mu.Lock()
+					lostReported++
+					mu.Unlock()
+					if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
+						fail(false, rerr)
+					}
+					continue
+				}
 				if err == nil && rows != 1 {
 					err = errOverlap
 				}
