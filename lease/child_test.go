@@ -155,7 +155,7 @@ func exclusionChild() int {
 		go func() {
 			defer wg.Done()
 			me := fmt.Sprintf("%s/%d", proc, g)
-			for range n {
+			for i := 0; i < n; i++ {
 				k := rand.IntN(keys)
 				l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), 500*time.Millisecond)
 				if err != nil {
@@ -174,6 +174,7 @@ func exclusionChild() int {
 					if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
 						fail(false, rerr)
 					}
+					i-- // the parent counts n sections per goroutine: redo this one
 					continue
 				}
 				if err == nil && rows != 1 {
