@@ -74,20 +74,22 @@ func ParseTag(s string) (Tag, error) {
 			return Tag{}, fmt.Errorf("unknown item %q in lock tag (known: version, key, fence, column=NAME)", item)
 		}
 	}
-	switch n := btoi(t.Version) + btoi(t.Key) + btoi(t.Fence); {
-	case n > 1:
-		return Tag{}, fmt.Errorf("lock tag %q: a field is only one of version, key and fence", s)
-	case n == 0:
+	var kinds []string
+	for _, k := range []struct {
+		on   bool
+		name string
+	}{{t.Version, "version"}, {t.Key, "key"}, {t.Fence, "fence"}} {
+		if k.on {
+			kinds = append(kinds, k.name)
+		}
+	}
+	switch len(kinds) {
+	case 2, 3:
+		return Tag{}, fmt.Errorf("lock tag %q: a field cannot be both %s and %s", s, kinds[0], kinds[1])
+	case 0:
 		return Tag{}, fmt.Errorf("lock tag %q: says none of version, key and fence", s)
 	}
 	return t, nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // String returns the canonical form of t, which ParseTag reads back as t.
