@@ -429,15 +429,22 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 		set = append(set, us...)
 		g.keyWhere = g.check
 	} else {
-		var was int64
+		var was, fenceWas int64
+		fenced := rv.Kind() == reflect.Struct && g.token > 0
 		if rv.Kind() == reflect.Struct {
 			was, _ = m.get(ctx, rv)
+		}
+		if fenced {
+			fenceWas, _ = m.fenceN.Load(m.fence.ReflectValueOf(ctx, rv))
 		}
 		set = callbacks.ConvertToAssignments(stmt)
 		if rv.Kind() == reflect.Struct {
 			// ConvertToAssignments writes the update's values into the
-			// model, a version among them: undo that.
+			// model, a version (or a fence) among them: undo that.
 			m.set(ctx, rv, was)
+		}
+		if fenced {
+			m.setFence(ctx, rv, fenceWas)
 		}
 		if db.Error != nil {
 			return
