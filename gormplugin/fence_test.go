@@ -108,10 +108,12 @@ func TestFencedGormWriteRefusedAfterLeaseTakeover(t *testing.T) {
 	var cur Shipment
 	must(t, db.First(&cur, s.ID).Error)
 	for name, write := range map[string]func(*Shipment) error{
-		"Update":  func(x *Shipment) error { return oldDB.Model(x).Update("state", "lost").Error },
-		"Updates": func(x *Shipment) error { return oldDB.Model(x).Updates(map[string]any{"state": "lost", "fence": 1}).Error },
-		"Save":    func(x *Shipment) error { x.State = "lost"; return oldDB.Save(x).Error },
-		"Delete":  func(x *Shipment) error { return oldDB.Delete(x).Error },
+		"Update": func(x *Shipment) error { return oldDB.Model(x).Update("state", "lost").Error },
+		"Updates": func(x *Shipment) error {
+			return oldDB.Model(x).Updates(map[string]any{"state": "lost", "fence": 1}).Error
+		},
+		"Save":   func(x *Shipment) error { x.State = "lost"; return oldDB.Save(x).Error },
+		"Delete": func(x *Shipment) error { return oldDB.Delete(x).Error },
 		"in a transaction": func(x *Shipment) error {
 			return oldDB.Transaction(func(tx *gorm.DB) error { return tx.Model(x).Update("state", "lost").Error })
 		},

@@ -43,9 +43,9 @@ type planKey struct {
 type structPlan struct {
 	ti    *typeInfo
 	sql   string
-	probe string // for a fenced struct: SELECT version, fence by key
-	set [][]int // the assigned fields' indexes, in bind order
-	err error
+	probe string  // for a fenced struct: SELECT version, fence by key
+	set   [][]int // the assigned fields' indexes, in bind order
+	err   error
 }
 
 func (s *state) plan(t reflect.Type, table string, op string, opts []WriteOption) (*structPlan, error) {
