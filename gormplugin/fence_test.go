@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlock/sqlock"
@@ -345,4 +346,22 @@ type countingConn struct {
 func (c countingConn) Write(p []byte) (int, error) {
 	c.writes.Add(1)
 	return c.Conn.Write(p)
+}
+
+// An upsert that would update a fenced row is refused (it cannot carry
+// the fence); a plain create and a DO NOTHING upsert are not writes of an
+// existing row and pass.
+func TestFencedGormUpsertIsRefused(t *testing.T) {
+	db := fencedDB(t, openSQLite)
+	ctx := sqlock.WithFencingToken(context.Background(), 3)
+	s := create(t, db, "a")
+	s.State = "b"
+	err := db.WithContext(ctx).Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}}, DoUpdates: clause.AssignmentColumns([]string{"state"})}).Create(&s).Error
+	if !errors.Is(err, sqlock.ErrUnsupported) {
+		t.Fatalf("fenced upsert: %v", err)
+	}
+	must(t, db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&Shipment{ID: s.ID, State: "c"}).Error)
+	if st, v, _ := readShipment(t, db, s.ID); st != "a" || v != 1 {
+		t.Fatalf("row: %s %d", st, v)
+	}
 }

@@ -749,6 +749,12 @@ func (p *Plugin) beforeCreate(db *gorm.DB) {
 			return
 		}
 		if !oc.DoNothing && (oc.UpdateAll || len(oc.DoUpdates) > 0) {
+			if m.fence != nil && !skip {
+				db.AddError(&UnsupportedError{Table: stmt.Table, Op: "create",
+					Reason: "an upsert of a fenced model would update the row without its fence: " +
+						"create it, then write it with a fenced Update; or opt out with SkipVersionCheck"})
+				return
+			}
 			cs.monotonicUpsert(stmt, c, !skip, p.cfg.null == NullAsZero)
 		}
 	}
@@ -919,7 +925,7 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, ch
 	// a map, at the version the map inserts.
 	var where clause.Expression = clause.Expr{SQL: "? = ?", Vars: []any{m.qcol, clause.Column{Table: "excluded", Name: m.column}}}
 	if checked && rv.Kind() == reflect.Struct {
-		g := &guard{m: m, expected: cs.was[0].ver}
+		g := &guard{m: m, expected: cs.was[0].ver, check: true}
 		g.orNull = g.expected == 0 && nullAsZero
 		where = g
 	}

@@ -70,7 +70,11 @@ func declares(t *testing.T, dir, name string) bool {
 	names, ok := declared[dir]
 	if !ok {
 		names = map[string]bool{}
-		files, err := filepath.Glob(filepath.Join(root, dir, "*_test.go"))
+		pkgDir := dir
+		if dir == "sqlock" { // the root package
+			pkgDir = "."
+		}
+		files, err := filepath.Glob(filepath.Join(root, pkgDir, "*_test.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
