@@ -2,7 +2,8 @@
 // condition has one name whichever package reports it.
 //
 // The mechanisms live in packages of their own: [github.com/sqlock/sqlock/advisory]
-// (PostgreSQL advisory locks), [github.com/sqlock/sqlock/txlock] (a transaction
+// (PostgreSQL advisory locks), [github.com/sqlock/sqlock/lease] (TTL leases
+// with fencing tokens), [github.com/sqlock/sqlock/txlock] (a transaction
 // holding advisory locks), [github.com/sqlock/sqlock/versioned] (optimistic
 // version columns), [github.com/sqlock/sqlock/retry], and the adapters
 // [github.com/sqlock/sqlock/gormplugin] and [github.com/sqlock/sqlock/sqlxhelpers].
@@ -12,4 +13,11 @@
 // which package and which argument:
 //
 //	if errors.Is(err, sqlock.ErrInvalidOption) { … } // a zero WithTimeout, in any package
+//
+// A held lock of any backend is a [Lock] (Release, Lost, Context, Err); one
+// that mints fencing tokens is also a [Fenced]. An [Acquirer] takes locks by
+// name, so that code written against these runs on another backend by
+// changing one constructor — advisory's (*Locker).Acquirer or lease's
+// (*Manager).Acquirer — and every backend's outcomes match [ErrNotAcquired],
+// [ErrTimeout] and [ErrLost].
 package sqlock

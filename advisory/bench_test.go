@@ -61,7 +61,7 @@ func library(l *advisory.Locker) cycle {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := lk.Unlock(ctx); err != nil {
+		if err := lk.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -89,10 +89,10 @@ func benchSetups(b *testing.B) []benchSetup {
 	}
 }
 
-// BenchmarkTryLockUnlock: the uncontended TryLock+Unlock cycle of the
+// BenchmarkTryLockRelease: the uncontended TryLock+Release cycle of the
 // library (taking a pooled connection, keepalive, observer and all) and the
 // baseline, the same two statements on a pinned connection.
-func BenchmarkTryLockUnlock(b *testing.B) {
+func BenchmarkTryLockRelease(b *testing.B) {
 	for _, s := range benchSetups(b) {
 		for _, c := range []struct {
 			name string

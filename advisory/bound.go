@@ -11,7 +11,7 @@ import (
 // acquisition would start and stop a runtime timer every time, and adding
 // a timer wakes the network poller of an otherwise idle process: on a small
 // machine that costs more than the rest of the package on the TryLock +
-// Unlock path. Here the timer is armed for the earliest pending bound and
+// Release path. Here the timer is armed for the earliest pending bound and
 // left alone when a wait ends; as bounds of later acquisitions come later,
 // back-to-back acquisitions touch it about once per bound, not once each.
 type bounds struct {

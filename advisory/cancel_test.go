@@ -236,7 +236,7 @@ func cancelIteration(l *advisory.Locker, key advisory.Key, writers, readers *ato
 	} else {
 		count("acquired")
 	}
-	if err := lk.Unlock(ctx); err != nil {
+	if err := lk.Release(ctx); err != nil {
 		return fmt.Errorf("unlock with a cancelled context: %w", err)
 	}
 	return nil

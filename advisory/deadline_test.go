@@ -20,7 +20,7 @@ func lockPID(t *testing.T, l *advisory.Locker, conn *pgx.Conn, key advisory.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Unlock(context.Background())
+	defer lk.Release(context.Background())
 	pids := holderPIDs(t, conn, key)
 	if len(pids) != 1 {
 		t.Fatalf("holders of %v: %v", key, pids)
@@ -55,7 +55,7 @@ func TestDeadlineEndsWaitOnServerAndKeepsConnection(t *testing.T) {
 		lk, err := l.Lock(ctx, key)
 		elapsed := time.Since(start)
 		if err == nil {
-			lk.Unlock(context.Background())
+			lk.Release(context.Background())
 			t.Fatal("Lock of a held key succeeded")
 		}
 		if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
@@ -89,7 +89,7 @@ func TestDeadlineTooCloseReturnsTimeoutAtOnce(t *testing.T) {
 		defer cancel()
 		lk, err := l.Lock(ctx, advisory.KeyOf("deadline:close"))
 		if err == nil {
-			lk.Unlock(context.Background())
+			lk.Release(context.Background())
 			t.Fatal("Lock succeeded with no time to wait")
 		}
 		if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
@@ -117,7 +117,7 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 		go func() {
 			lk, err := l.Lock(ctx, key)
 			if err == nil {
-				lk.Unlock(context.Background())
+				lk.Release(context.Background())
 			}
 			done <- err
 		}()

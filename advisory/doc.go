@@ -9,7 +9,9 @@
 //	})
 //
 // Start with [New] (or [NewPool]) and [Locker.Do]; [Locker.Lock] and
-// [Locker.TryLock] return a [Lock] to release with [Lock.Unlock]. A [Key] comes
+// [Locker.TryLock] return a [Lock] to release with [Lock.Release] (a
+// [sqlock.Lock]; [Locker.Acquirer] takes them by name for code that also
+// runs on leases). A [Key] comes
 // from [KeyOf] (64-bit, hashtextextended), [KeyText] (32-bit, as SQL calling
 // hashtext), [KeyInt] or [KeyPair], and reaches the server as a bind
 // parameter or an integer literal, never as caller text.
@@ -31,7 +33,11 @@
 //     never a wait on itself.
 //   - Where session locks are not real (PgBouncer in transaction mode, no-op
 //     engines) a one-time probe ([Locker.Verify]) refuses every call with
-//     [sqlock.ErrUnsupported]; use package txlock there.
+//     [sqlock.ErrUnsupported]. Behind PgBouncer, use
+//     [github.com/sqlock/sqlock/lease] for a lock held across transactions
+//     (it also fences a paused holder out), or
+//     [github.com/sqlock/sqlock/txlock] for a lock that lasts one
+//     transaction.
 //
 // Options mean what they mean in every sqlock package (see [observe]).
 // Errors are [*Error] values. The how — lock_timeout batches, sweeps after a

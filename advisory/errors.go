@@ -15,16 +15,17 @@ import (
 // refusals of package sqlock: [sqlock.ErrNilHandle] (a nil handle or
 // function), [sqlock.ErrInvalidOption] (an option out of range) and
 // [sqlock.ErrUnsupported] (a server or pooler where session advisory locks
-// are not real: see [Locker.Verify]).
+// are not real: see [Locker.Verify]). ErrTimeout, ErrNotAcquired and ErrLost
+// also match sqlock's of the same name, as every lock backend's do.
 var (
 	// ErrTimeout: the wait ran out — the Locker's wait timeout, or the
 	// deadline of the caller's context (then the error also matches
 	// context.DeadlineExceeded). The server's lock_timeout (SQLSTATE 55P03)
 	// enforces it.
-	ErrTimeout = errors.New("advisory: timed out waiting for the lock")
+	ErrTimeout = errs.New(sqlock.ErrTimeout, "advisory: timed out waiting for the lock")
 	// ErrNotAcquired: a try-once (TryLock, TryRLock) found the lock held
 	// elsewhere.
-	ErrNotAcquired = errors.New("advisory: lock is held elsewhere")
+	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "advisory: lock is held elsewhere")
 	// ErrDeadlock: the server chose this waiter as a deadlock victim
 	// (SQLSTATE 40P01).
 	ErrDeadlock = errors.New("advisory: deadlock detected (SQLSTATE 40P01)")
@@ -36,9 +37,9 @@ var (
 	// ErrLost: the lock's session ended — its connection died, the server
 	// ended it, or an unlock could not be confirmed (then the connection was
 	// closed, which ends the session and so releases the lock).
-	ErrLost = errors.New("advisory: lock lost: its session ended")
-	// ErrNotHeld: Unlock of a Lock that was already unlocked.
-	ErrNotHeld = errors.New("advisory: lock not held (already unlocked)")
+	ErrLost = errs.New(sqlock.ErrLost, "advisory: lock lost: its session ended")
+	// ErrNotHeld: Release of a Lock that was already released.
+	ErrNotHeld = errors.New("advisory: lock not held (already released)")
 	// ErrUnavailable: no working connection — the pool could not connect, or
 	// the connection broke during the call. Nothing is held.
 	ErrUnavailable = errors.New("advisory: database unavailable")
@@ -58,7 +59,7 @@ func invalidOption(format string, args ...any) error {
 
 // Error is the error type of this package.
 type Error struct {
-	Op    string // "lock", "trylock", "rlock", "tryrlock", "unlock", "do", "verify", "new"
+	Op    string // "lock", "trylock", "rlock", "tryrlock", "release", "do", "verify", "new"
 	Key   Key    // the zero Key when not applicable
 	Err   error  // one of the Err* values above, an error matching a sqlock sentinel, or nil
 	Cause error  // the underlying error (driver, server, context), or nil

@@ -57,7 +57,7 @@ func ExampleLocker_Do() {
 	// Output: charging order 123, alone
 }
 
-// Lock and Unlock, for a hold that does not fit one function. Unlock runs
+// Lock and Release, for a hold that does not fit one function. Release runs
 // even on a cancelled context, and Lost reports a dead connection.
 func ExampleLocker_Lock() {
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
@@ -76,7 +76,7 @@ func ExampleLocker_Lock() {
 	case err != nil:
 		log.Fatal(err)
 	}
-	defer lk.Unlock(ctx)
+	defer lk.Release(ctx)
 
 	select {
 	case <-lk.Lost():
@@ -103,7 +103,7 @@ func ExampleLocker_TryLock() {
 	}
 	_, err = advisory.New(db).TryLock(ctx, key)
 	fmt.Println("second holder:", errors.Is(err, advisory.ErrNotAcquired))
-	if err := first.Unlock(ctx); err != nil {
+	if err := first.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	// Output: second holder: true
@@ -130,8 +130,8 @@ func ExampleLocker_RLock() {
 	}
 	_, err = l.TryLock(ctx, key)
 	fmt.Println("two readers; writer refused:", errors.Is(err, advisory.ErrNotAcquired))
-	r1.Unlock(ctx)
-	r2.Unlock(ctx)
+	r1.Release(ctx)
+	r2.Release(ctx)
 	// Output: two readers; writer refused: true
 }
 

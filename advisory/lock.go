@@ -12,7 +12,7 @@ import (
 )
 
 // Lock is a held session-level advisory lock. It owns one pinned
-// connection until Unlock, and watches it: Lost is closed if the
+// connection until Release, and watches it: Lost is closed if the
 // connection dies. Its methods are safe for concurrent use.
 type Lock struct {
 	l        *Locker
@@ -21,7 +21,7 @@ type Lock struct {
 	acquired time.Time
 
 	// sess is used by one goroutine at a time: a keepalive check, or
-	// Unlock once it has stopped the checks and waited for a running one (a
+	// Release once it has stopped the checks and waited for a running one (a
 	// pinned connection is not safe for concurrent use). nil once
 	// destroyed.
 	sess     session
@@ -30,7 +30,7 @@ type Lock struct {
 	kmu      sync.Mutex     // guards the three below
 	next     time.Time      // when the next check is due
 	checking bool           // a check runs
-	stopped  bool           // Unlock has begun, or the lock is lost: no more checks
+	stopped  bool           // Release has begun, or the lock is lost: no more checks
 
 	args []any // the key's bind parameters
 
@@ -39,7 +39,7 @@ type Lock struct {
 	lostCtx context.Context         // made on first use; cancelled with lostErr
 	lose    context.CancelCauseFunc // cancels lostCtx
 
-	mu    sync.Mutex // serialises Unlock
+	mu    sync.Mutex // serialises Release
 	ended atomic.Bool
 }
 
@@ -99,7 +99,7 @@ func (lk *Lock) Shared() bool { return lk.shared }
 // Lost returns a channel that is closed when the lock is lost: its
 // connection died (seen by the keepalive within 1¼ intervals), the server
 // moved the session, or an unlock could not be confirmed. A successful
-// Unlock never closes it.
+// Release never closes it.
 func (lk *Lock) Lost() <-chan struct{} { return lk.lostContext().Done() }
 
 // Err is nil while the lock has not been lost, and then an error matching
@@ -190,22 +190,22 @@ func (lk *Lock) check() {
 	lk.kmu.Unlock()
 }
 
-// Unlock releases the lock and returns its connection to the pool, or, if
+// Release gives the lock up and returns its connection to the pool, or, if
 // the release is not confirmed (pg_advisory_unlock did not return true in
 // time), closes the connection, which ends the session and so the lock. It
 // runs on a context detached from ctx's cancellation (a cancelled request
-// context still unlocks), bounded by the unlock timeout. It returns nil
+// context still releases), bounded by [WithReleaseTimeout]. It returns nil
 // after a confirmed release, an error matching ErrLost if the lock had been
-// lost or the release was not confirmed, and ErrNotHeld if Unlock already
+// lost or the release was not confirmed, and ErrNotHeld if Release already
 // ran.
-func (lk *Lock) Unlock(ctx context.Context) error {
+func (lk *Lock) Release(ctx context.Context) error {
 	if lk == nil {
-		return &Error{Op: "unlock", Err: ErrNotHeld}
+		return &Error{Op: "release", Err: ErrNotHeld}
 	}
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	if lk.ended.Load() {
-		return &Error{Op: "unlock", Key: lk.key, Err: ErrNotHeld}
+		return &Error{Op: "release", Key: lk.key, Err: ErrNotHeld}
 	}
 	lk.ended.Store(true)
 	lk.stopChecks() // from here on this goroutine alone uses the connection
@@ -216,11 +216,11 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		if e, ok := lk.Err().(*Error); ok {
 			cause = e.Cause
 		}
-		return &Error{Op: "unlock", Key: lk.key, Err: ErrLost, Cause: cause}
+		return &Error{Op: "release", Key: lk.key, Err: ErrLost, Cause: cause}
 	}
 	if err := lk.l.release(ctx, sess, lk.key, lk.shared, lk.args); err != nil {
 		lk.markLost(err)
-		return &Error{Op: "unlock", Key: lk.key, Err: ErrLost, Cause: err}
+		return &Error{Op: "release", Key: lk.key, Err: ErrLost, Cause: err}
 	}
 	hold := time.Since(lk.acquired)
 	lk.l.est.ObserveHold(hold)

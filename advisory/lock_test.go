@@ -26,14 +26,14 @@ func mustLock(t testing.TB) func(*advisory.Lock, error) *advisory.Lock {
 	}
 }
 
-func mustUnlock(t testing.TB, lk *advisory.Lock) {
+func mustRelease(t testing.TB, lk *advisory.Lock) {
 	t.Helper()
-	if err := lk.Unlock(context.Background()); err != nil {
+	if err := lk.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestLockUnlock(t *testing.T) {
+func TestLockRelease(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, bc backendCase) {
 		leakCheck(t)
 		db := pgtest.New(t)
@@ -60,19 +60,19 @@ func TestLockUnlock(t *testing.T) {
 		if lk.Err() != nil {
 			t.Fatalf("Err of a held lock: %v", lk.Err())
 		}
-		mustUnlock(t, lk)
-		if err := lk.Unlock(ctx); !errors.Is(err, advisory.ErrNotHeld) {
-			t.Fatalf("second Unlock: %v, want ErrNotHeld", err)
+		mustRelease(t, lk)
+		if err := lk.Release(ctx); !errors.Is(err, advisory.ErrNotHeld) {
+			t.Fatalf("second Release: %v, want ErrNotHeld", err)
 		}
 		select {
 		case <-lk.Lost():
-			t.Fatal("Lost closed by a normal Unlock")
+			t.Fatal("Lost closed by a normal Release")
 		default:
 		}
 		lk2 := mustLock(t)(b.TryLock(ctx, key))
-		mustUnlock(t, lk2)
+		mustRelease(t, lk2)
 		if n := advisoryLocks(t, conn); n != 0 {
-			t.Fatalf("%d advisory locks left after Unlock", n)
+			t.Fatalf("%d advisory locks left after Release", n)
 		}
 	})
 }
@@ -128,9 +128,9 @@ func TestWaitTimeoutDeadlineCancel(t *testing.T) {
 			got <- lk
 		}()
 		waitUntil(t, "the waiter queues", func() bool { return waiting(t, conn, key) == 1 })
-		mustUnlock(t, lk)
+		mustRelease(t, lk)
 		if lk2 := <-got; lk2 != nil {
-			mustUnlock(t, lk2)
+			mustRelease(t, lk2)
 		}
 		waitNoLocks(t, conn)
 	})
@@ -211,11 +211,11 @@ func TestTimeoutSettingsNotLeft(t *testing.T) {
 				}
 			}
 			key := advisory.KeyOf("settings")
-			mustUnlock(t, mustLock(t)(l.Lock(ctx, key)))
+			mustRelease(t, mustLock(t)(l.Lock(ctx, key)))
 			check("a granted Lock")
-			mustUnlock(t, mustLock(t)(l.RLock(ctx, key)))
+			mustRelease(t, mustLock(t)(l.RLock(ctx, key)))
 			check("a granted RLock")
-			mustUnlock(t, mustLock(t)(l.TryLock(ctx, key)))
+			mustRelease(t, mustLock(t)(l.TryLock(ctx, key)))
 			check("a TryLock")
 
 			conn := admin(t, db)
@@ -249,7 +249,7 @@ func TestTimeoutSettingsNotLeft(t *testing.T) {
 			go func() {
 				lk, err := l.Lock(ctx, key)
 				if err == nil {
-					err = lk.Unlock(ctx)
+					err = lk.Release(ctx)
 				}
 				got <- err
 			}()
@@ -402,7 +402,7 @@ func TestReLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Lock.Context carries a hold too, and stops carrying it after
-		// Unlock.
+		// Release.
 		lk := mustLock(t)(l.Lock(ctx, key))
 		hctx, cancel := lk.Context(ctx)
 		if _, err := l.TryLock(hctx, key); !errors.Is(err, advisory.ErrAlreadyHeld) {
@@ -415,7 +415,7 @@ func TestReLock(t *testing.T) {
 		if _, err := l.Lock(short, key); !errors.Is(err, advisory.ErrTimeout) {
 			t.Fatalf("second Lock of a held key without the hold's context: %v, want ErrTimeout", err)
 		}
-		mustUnlock(t, lk)
+		mustRelease(t, lk)
 		// If the client's deadline ended that wait before the server's
 		// lock_timeout did (a busy machine), its connection was closed,
 		// but the server notices only when the abandoned wait is granted,
@@ -424,7 +424,7 @@ func TestReLock(t *testing.T) {
 		waitUntil(t, "the key is free", func() bool { return len(holderPIDs(t, conn, key)) == 0 && waiting(t, conn, key) == 0 })
 		lk2 := mustLock(t)(l.TryLock(hctx, key))
 		cancel()
-		mustUnlock(t, lk2)
+		mustRelease(t, lk2)
 		waitNoLocks(t, conn)
 	})
 }
@@ -469,12 +469,12 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	for name, opt := range map[string]advisory.Option{
-		"WithTimeout(0)":        advisory.WithTimeout(0),
-		"WithTimeout(-1)":       advisory.WithTimeout(-1),
-		"WithKeepalive(0)":      advisory.WithKeepalive(0),
-		"WithUnlockTimeout(-1)": advisory.WithUnlockTimeout(-time.Second),
-		"WithUnlockTimeout(0)":  advisory.WithUnlockTimeout(0),
-		"WithKeepalive(-1)":     advisory.WithKeepalive(-1),
+		"WithTimeout(0)":         advisory.WithTimeout(0),
+		"WithTimeout(-1)":        advisory.WithTimeout(-1),
+		"WithKeepalive(0)":       advisory.WithKeepalive(0),
+		"WithReleaseTimeout(-1)": advisory.WithReleaseTimeout(-time.Second),
+		"WithReleaseTimeout(0)":  advisory.WithReleaseTimeout(0),
+		"WithKeepalive(-1)":      advisory.WithKeepalive(-1),
 	} {
 		l := advisory.New(sdb, opt)
 		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrInvalidOption) {
@@ -483,10 +483,10 @@ func TestBadInput(t *testing.T) {
 	}
 	// Nil observer and logger mean the defaults.
 	l2 := advisory.New(sdb, advisory.WithObserver(nil), advisory.WithLogger(nil))
-	mustUnlock(t, mustLock(t)(l2.TryLock(ctx, advisory.KeyInt(1))))
+	mustRelease(t, mustLock(t)(l2.TryLock(ctx, advisory.KeyInt(1))))
 	var nilLock *advisory.Lock
-	if err := nilLock.Unlock(ctx); !errors.Is(err, advisory.ErrNotHeld) {
-		t.Errorf("Unlock of a nil *Lock: %v, want ErrNotHeld", err)
+	if err := nilLock.Release(ctx); !errors.Is(err, advisory.ErrNotHeld) {
+		t.Errorf("Release of a nil *Lock: %v, want ErrNotHeld", err)
 	}
 	// A context that is already done: nothing is attempted.
 	done, cancel := context.WithCancel(ctx)
@@ -524,7 +524,7 @@ func TestKeySpaces(t *testing.T) {
 		if pids := holderPIDs(t, conn, tc.key); len(pids) != 1 {
 			t.Errorf("%v: pg_locks shows %d holders at its locktag", tc.key, len(pids))
 		}
-		mustUnlock(t, lk)
+		mustRelease(t, lk)
 		if err := conn.QueryRow(ctx, tc.probe).Scan(&got); err != nil || !got {
 			t.Fatalf("%v released, yet %s: %v %v", tc.key, tc.probe, got, err)
 		}
@@ -535,8 +535,8 @@ func TestKeySpaces(t *testing.T) {
 	// The two key spaces are separate locks.
 	a := mustLock(t)(l.Lock(ctx, advisory.KeyInt(1)))
 	b := mustLock(t)(l.TryLock(ctx, advisory.KeyPair(0, 1)))
-	mustUnlock(t, a)
-	mustUnlock(t, b)
+	mustRelease(t, a)
+	mustRelease(t, b)
 }
 
 func TestShared(t *testing.T) {
@@ -572,7 +572,7 @@ func TestShared(t *testing.T) {
 				}
 				<-release
 				holding.Add(-1)
-				if err := lk.Unlock(ctx); err != nil {
+				if err := lk.Release(ctx); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -592,7 +592,7 @@ func TestShared(t *testing.T) {
 			t.Fatalf("Lock while readers hold: %v, want ErrTimeout", err)
 		}
 		lk2 := mustLock(t)(l.TryRLock(ctx, key))
-		mustUnlock(t, lk2)
+		mustRelease(t, lk2)
 		writer := make(chan *advisory.Lock, 1)
 		go func() {
 			lk, err := l.Lock(ctx, key)
@@ -616,7 +616,7 @@ func TestShared(t *testing.T) {
 		if _, err := l.TryRLock(ctx, key); !errors.Is(err, advisory.ErrNotAcquired) {
 			t.Fatalf("TryRLock while the writer holds: %v, want ErrNotAcquired", err)
 		}
-		mustUnlock(t, wl)
+		mustRelease(t, wl)
 		waitNoLocks(t, conn)
 	})
 }
@@ -629,7 +629,7 @@ func TestObserver(t *testing.T) {
 	l := advisory.NewPool(db.OpenPool(nil), advisory.WithObserver(&rec))
 	other := advisory.NewPool(db.OpenPool(nil))
 	key := advisory.KeyInt(5)
-	mustUnlock(t, mustLock(t)(l.Lock(ctx, key)))
+	mustRelease(t, mustLock(t)(l.Lock(ctx, key)))
 	lk := mustLock(t)(other.Lock(ctx, key))
 	l.TryLock(ctx, key)
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -638,7 +638,7 @@ func TestObserver(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	l.Lock(cctx, key)
-	mustUnlock(t, lk)
+	mustRelease(t, lk)
 	got := rec.Outcomes()
 	want := map[observe.Outcome]int{observe.Acquired: 1, observe.Released: 1, observe.Busy: 1,
 		observe.Timeout: 1, observe.Canceled: 1}
@@ -698,7 +698,7 @@ func TestPanics(t *testing.T) {
 		if n := advisoryLocks(t, conn); n != 0 {
 			t.Fatalf("%d advisory locks left after a panic in Do", n)
 		}
-		mustUnlock(t, mustLock(t)(l2.TryLock(ctx, key)))
+		mustRelease(t, mustLock(t)(l2.TryLock(ctx, key)))
 	})
 }
 
@@ -723,19 +723,19 @@ func TestWaitForPooledConnection(t *testing.T) {
 			// Probe the server and open the pool's connection under the
 			// default bound, however slow this machine is now; the short
 			// bound is for the waits below.
-			mustUnlock(t, mustLock(t)(open().Lock(ctx, advisory.KeyInt(1))))
+			mustRelease(t, mustLock(t)(open().Lock(ctx, advisory.KeyInt(1))))
 			if err := l.Verify(ctx); err != nil {
 				t.Fatal(err)
 			}
 			held := mustLock(t)(l.Lock(ctx, advisory.KeyInt(1)))
-			defer held.Unlock(ctx) // on failure; ErrNotHeld after the Unlock below
+			defer held.Release(ctx) // on failure; ErrNotHeld after the Release below
 			for _, acquire := range []struct {
 				name string
 				f    func(context.Context, advisory.Key) (*advisory.Lock, error)
 			}{{"Lock", l.Lock}, {"TryLock", l.TryLock}, {"RLock", l.RLock}, {"TryRLock", l.TryRLock}} {
 				lk, err := acquire.f(ctx, advisory.KeyInt(2))
 				if err == nil {
-					mustUnlock(t, lk)
+					mustRelease(t, lk)
 				}
 				if !errors.Is(err, advisory.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("%s with the pool exhausted: %v, want ErrTimeout (the Locker's bound, not a context's)", acquire.name, err)
@@ -746,7 +746,7 @@ func TestWaitForPooledConnection(t *testing.T) {
 			go func() {
 				lk, err := open().TryLock(cctx, advisory.KeyInt(3)) // default bound: 5 s
 				if err == nil {
-					lk.Unlock(ctx)
+					lk.Release(ctx)
 				}
 				done <- err
 			}()
@@ -755,8 +755,8 @@ func TestWaitForPooledConnection(t *testing.T) {
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatalf("TryLock cancelled while waiting for a connection: %v, want context.Canceled", err)
 			}
-			mustUnlock(t, held)
-			mustUnlock(t, mustLock(t)(l.TryLock(ctx, advisory.KeyInt(2))))
+			mustRelease(t, held)
+			mustRelease(t, mustLock(t)(l.TryLock(ctx, advisory.KeyInt(2))))
 		})
 	}
 }
@@ -817,7 +817,7 @@ func TestPanicInUserCodeReleasesEverything(t *testing.T) {
 			func() {
 				if c.held {
 					lk := mustLock(t)(other.Lock(ctx, key))
-					defer mustUnlock(t, lk)
+					defer mustRelease(t, lk)
 				}
 				var err error
 				defer func() {
@@ -830,7 +830,7 @@ func TestPanicInUserCodeReleasesEverything(t *testing.T) {
 				err = c.call(l)
 			}()
 			waitNoLocks(t, conn)
-			mustUnlock(t, mustLock(t)(other.TryLock(ctx, key)))
+			mustRelease(t, mustLock(t)(other.TryLock(ctx, key)))
 		}
 	})
 }

@@ -20,9 +20,9 @@ import (
 
 // Defaults.
 const (
-	DefaultTimeout       = 5 * time.Second
-	DefaultKeepalive     = 2 * time.Second
-	DefaultUnlockTimeout = 3 * time.Second
+	DefaultTimeout        = 5 * time.Second
+	DefaultKeepalive      = 2 * time.Second
+	DefaultReleaseTimeout = 3 * time.Second
 )
 
 // lockTimeoutGrace is how long after the wait bound the client stops
@@ -93,14 +93,14 @@ func WithKeepalive(d time.Duration) Option {
 	}
 }
 
-// WithUnlockTimeout bounds an unlock (default DefaultUnlockTimeout). An
-// unlock runs on a context detached from the caller's cancellation, with
+// WithReleaseTimeout bounds [Lock.Release] (default DefaultReleaseTimeout). It
+// runs on a context detached from the caller's cancellation, with
 // this deadline of its own; if it cannot be confirmed in time the
 // connection is closed, which releases the lock. It must be positive.
-func WithUnlockTimeout(d time.Duration) Option {
+func WithReleaseTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return invalidOption("unlock timeout %v must be positive", d)
+			return invalidOption("release timeout %v must be positive", d)
 		}
 		c.unlockTimeout = d
 		return nil
@@ -168,7 +168,7 @@ func newLocker(b backend, opts []Option) *Locker {
 		cfg: config{
 			wait:          DefaultTimeout,
 			keepalive:     DefaultKeepalive,
-			unlockTimeout: DefaultUnlockTimeout,
+			unlockTimeout: DefaultReleaseTimeout,
 			obs:           observe.Nop{},
 			log:           slog.New(slog.DiscardHandler),
 		},
@@ -214,7 +214,7 @@ func (l *Locker) Verify(ctx context.Context) error {
 // ErrDeadlock, a context error, ErrAlreadyHeld, ErrUnavailable,
 // [sqlock.ErrUnsupported], ErrInvalidKey.
 //
-// A nil error means the lock is held and must be released with Unlock. If
+// A nil error means the lock is held and must be given up with [Lock.Release]. If
 // ctx ends just as the lock is granted, Lock releases it and returns the
 // context's error.
 func (l *Locker) Lock(ctx context.Context, key Key) (*Lock, error) {
@@ -270,12 +270,12 @@ func (l *Locker) do(ctx context.Context, op string, key Key, shared bool, fn fun
 	returned := false
 	defer func() {
 		if !returned { // fn panicked: fn never touches the connection, so a normal unlock is sound
-			lk.Unlock(ctx)
+			lk.Release(ctx)
 		}
 	}()
 	ferr := fn(fctx)
 	returned = true
-	uerr := lk.Unlock(ctx)
+	uerr := lk.Release(ctx)
 	switch {
 	case uerr == nil:
 		return ferr

@@ -153,10 +153,10 @@ func TestLostOnTerminate(t *testing.T) {
 		if pids := holderPIDs(t, conn, key); len(pids) != 1 {
 			t.Fatalf("%d holders after the waiter acquired", len(pids))
 		}
-		if err := lk.Unlock(ctx); !errors.Is(err, advisory.ErrLost) {
-			t.Fatalf("Unlock of a lost lock: %v, want ErrLost", err)
+		if err := lk.Release(ctx); !errors.Is(err, advisory.ErrLost) {
+			t.Fatalf("Release of a lost lock: %v, want ErrLost", err)
 		}
-		mustUnlock(t, w)
+		mustRelease(t, w)
 		if n := rec.Outcomes()[observe.Lost]; n != 1 {
 			t.Fatalf("%d Lost events, want 1", n)
 		}
@@ -241,7 +241,7 @@ func TestServerRestart(t *testing.T) {
 					lk, err := l.Lock(ctx, key)
 					if err == nil {
 						time.Sleep(time.Millisecond)
-						err = lk.Unlock(ctx)
+						err = lk.Release(ctx)
 					}
 					switch {
 					case err == nil:
@@ -271,8 +271,8 @@ func TestServerRestart(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: Lost did not fire after the server stopped", name)
 		}
-		if err := lk.Unlock(ctx); !errors.Is(err, advisory.ErrLost) {
-			t.Fatalf("%s: Unlock after the server stopped: %v, want ErrLost", name, err)
+		if err := lk.Release(ctx); !errors.Is(err, advisory.ErrLost) {
+			t.Fatalf("%s: Release after the server stopped: %v, want ErrLost", name, err)
 		}
 	}
 	for name, l := range lockers {
@@ -295,7 +295,7 @@ func TestServerRestart(t *testing.T) {
 		for i := 0; i < 50; i++ {
 			var lk *advisory.Lock
 			if lk, err = l.TryLock(ctx, advisory.KeyInt(99)); err == nil {
-				err = lk.Unlock(ctx)
+				err = lk.Release(ctx)
 				break
 			}
 			if !errors.Is(err, advisory.ErrUnavailable) {
@@ -331,13 +331,13 @@ func TestKeepaliveKeepsIdleHoldAlive(t *testing.T) {
 		t.Fatalf("lost while idle despite the keepalive: %v", lk.Err())
 	case <-time.After(3 * idle): // well past the idle timeout
 	}
-	mustUnlock(t, lk)
+	mustRelease(t, lk)
 }
 
-// TestUnlockFindsLoss: with no keepalive check in between, Unlock itself
+// TestReleaseFindsLoss: with no keepalive check in between, Release itself
 // finds the session gone: ErrLost, Lost closed, the dead connection
 // destroyed rather than pooled.
-func TestUnlockFindsLoss(t *testing.T) {
+func TestReleaseFindsLoss(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, bc backendCase) {
 		leakCheck(t)
 		db := pgtest.New(t)
@@ -355,18 +355,18 @@ func TestUnlockFindsLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitNoLocks(t, conn)
-		if err := lk.Unlock(ctx); !errors.Is(err, advisory.ErrLost) {
-			t.Fatalf("Unlock on a terminated session: %v, want ErrLost", err)
+		if err := lk.Release(ctx); !errors.Is(err, advisory.ErrLost) {
+			t.Fatalf("Release on a terminated session: %v, want ErrLost", err)
 		}
 		select {
 		case <-lk.Lost():
 		default:
-			t.Fatal("Lost not closed after Unlock found the session gone")
+			t.Fatal("Lost not closed after Release found the session gone")
 		}
 		if n := rec.Outcomes()[observe.Lost]; n != 1 {
 			t.Fatalf("%d Lost events, want 1", n)
 		}
 		// The pool did not keep the dead connection: the next lock works.
-		mustUnlock(t, mustLock(t)(l.TryLock(ctx, key)))
+		mustRelease(t, mustLock(t)(l.TryLock(ctx, key)))
 	})
 }

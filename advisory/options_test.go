@@ -18,7 +18,7 @@ func TestWithObserverOptionsAddUp(t *testing.T) {
 	ctx := context.Background()
 	var a, b observetest.Recorder
 	l := advisory.NewPool(db.OpenPool(nil), advisory.WithObserver(&a), advisory.WithObserver(nil), advisory.WithObserver(&b))
-	mustUnlock(t, mustLock(t)(l.Lock(ctx, advisory.KeyInt(7))))
+	mustRelease(t, mustLock(t)(l.Lock(ctx, advisory.KeyInt(7))))
 	for name, r := range map[string]*observetest.Recorder{"first": &a, "second": &b} {
 		if r.Count(observe.LockAcquire, observe.Acquired) != 1 || r.Count(observe.LockRelease, observe.Released) != 1 {
 			t.Errorf("%s observer saw %v, want one acquisition and one release", name, r.Events())

@@ -27,7 +27,7 @@ func (nullSession) release()                                      {}
 func (nullSession) destroy()                                      {}
 
 // BenchmarkOverhead is the package's own CPU cost of an uncontended
-// TryLock+Unlock cycle (bounded contexts, the keepalive timer, the
+// TryLock+Release cycle (bounded contexts, the keepalive timer, the
 // observer), without any I/O; a real cycle adds two round trips.
 func BenchmarkOverhead(b *testing.B) {
 	l := newLocker(nullBackend{}, nil)
@@ -39,7 +39,7 @@ func BenchmarkOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := lk.Unlock(ctx); err != nil {
+		if err := lk.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -49,6 +49,12 @@ const probeText = "sqlock advisory probe: hashtext vs pghash.Text"
 
 const probeGUC = "sqlock.probe"
 
+// poolerAdvice ends the refusal behind a transaction-mode pooler: what works
+// there instead.
+const poolerAdvice = "session locks need a direct or session-pooled connection; " +
+	"behind this pooler use package lease (a lock held across transactions, with a fencing token) " +
+	"or package txlock (a lock for one transaction)"
+
 func unsupported(format string, args ...any) error {
 	return &Error{Op: "verify", Err: errUnsupported, Cause: fmt.Errorf(format, args...)}
 }
@@ -121,8 +127,7 @@ func probe(ctx context.Context, b backend) error {
 		}
 		if p != pid || t != token {
 			return unsupported("the connection's server session changed between statements (backend pid %d, then %d): "+
-				"a pooler in transaction or statement mode; session locks need a direct or session-pooled connection "+
-				"(or use transaction-level locks, package txlock)", pid, p)
+				"a pooler in transaction or statement mode; "+poolerAdvice, pid, p)
 		}
 		return nil
 	}
@@ -151,8 +156,7 @@ func probe(ctx context.Context, b backend) error {
 			return probeFailed(ctx, err)
 		}
 		if p == pid || t == token {
-			return unsupported("two connections share server backend pid %d: a pooler in transaction or statement mode; "+
-				"session locks need a direct or session-pooled connection (or use transaction-level locks, package txlock)", pid)
+			return unsupported("two connections share server backend pid %d: a pooler in transaction or statement mode; "+poolerAdvice, pid)
 		}
 		if err := sameSession(); err != nil {
 			return err

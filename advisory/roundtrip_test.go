@@ -141,8 +141,8 @@ func TestRoundTrips(t *testing.T) {
 		// Warm up: the first-use probe, the connection, prepared statements.
 		for i := 0; i < 3; i++ {
 			for _, op := range ops {
-				mustUnlock(t, mustLock(t)(op(ctx, advisory.KeyInt(int64(i)))))
-				mustUnlock(t, mustLock(t)(op(ctx, advisory.KeyPair(int32(i), 1))))
+				mustRelease(t, mustLock(t)(op(ctx, advisory.KeyInt(int64(i)))))
+				mustRelease(t, mustLock(t)(op(ctx, advisory.KeyPair(int32(i), 1))))
 			}
 		}
 		for opName, op := range ops {
@@ -152,13 +152,13 @@ func TestRoundTrips(t *testing.T) {
 				if i%2 == 1 {
 					key = advisory.KeyPair(int32(i), 2)
 				}
-				mustUnlock(t, mustLock(t)(op(ctx, key)))
+				mustRelease(t, mustLock(t)(op(ctx, key)))
 			}
 			got := float64(tc.turns.Load()-before) / cycles
 			if got != 2 {
-				t.Errorf("%s: %s+Unlock costs %.2f round trips, want 2", name, opName, got)
+				t.Errorf("%s: %s+Release costs %.2f round trips, want 2", name, opName, got)
 			} else {
-				t.Logf("%s: %s+Unlock = %.0f round trips", name, opName, got)
+				t.Logf("%s: %s+Release = %.0f round trips", name, opName, got)
 			}
 		}
 	}

@@ -83,7 +83,7 @@ func lockCycle(t *testing.T, l *advisory.Locker, key advisory.Key) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lk.Unlock(context.Background()); err != nil {
+	if err := lk.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,7 +105,7 @@ func TestSilentConnection(t *testing.T) {
 	bound := 300*time.Millisecond + 50*db.Latency() + 5*connectTime(t, db)
 	lockers := dialedLockers(t, db, d.dial,
 		advisory.WithTimeout(bound),
-		advisory.WithUnlockTimeout(bound),
+		advisory.WithReleaseTimeout(bound),
 		advisory.WithKeepalive(time.Hour))
 	for name, l := range lockers {
 		t.Run(name, func(t *testing.T) {
@@ -129,28 +129,28 @@ func TestSilentConnection(t *testing.T) {
 				within(t, acquire.name, func() { lk, err = acquire.f(ctx, key) })
 				d.set(false)
 				if err == nil {
-					lk.Unlock(ctx)
+					lk.Release(ctx)
 				}
 				if !errors.Is(err, advisory.ErrTimeout) {
 					t.Fatalf("%s on a silent connection: %v, want ErrTimeout", acquire.name, err)
 				}
 			}
 
-			// The unlock is not confirmed: Unlock reports the lock lost
+			// The unlock is not confirmed: Release reports the lock lost
 			// and closes the connection, and the server drops the lock.
 			lk, err := l.TryLock(ctx, key)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer lk.Unlock(ctx) // on a failure below; ErrNotHeld after the Unlock under test
+			defer lk.Release(ctx) // on a failure below; ErrNotHeld after the Release under test
 			if n := len(holderPIDs(t, adm, key)); n != 1 {
 				t.Fatalf("%d holders after TryLock, want 1", n)
 			}
 			d.set(true)
-			within(t, "Unlock", func() { err = lk.Unlock(ctx) })
+			within(t, "Release", func() { err = lk.Release(ctx) })
 			d.set(false)
 			if !errors.Is(err, advisory.ErrLost) {
-				t.Fatalf("Unlock on a silent connection: %v, want ErrLost", err)
+				t.Fatalf("Release on a silent connection: %v, want ErrLost", err)
 			}
 			select {
 			case <-lk.Lost():
@@ -182,15 +182,15 @@ func TestSilentConnectionKeepalive(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer lk.Unlock(ctx) // on a failure below
+			defer lk.Release(ctx) // on a failure below
 			d.set(true)
 			within(t, "Lost", func() { <-lk.Lost() })
 			d.set(false)
 			if !errors.Is(lk.Err(), advisory.ErrLost) {
 				t.Fatalf("Err() = %v after the loss, want ErrLost", lk.Err())
 			}
-			if err := lk.Unlock(ctx); !errors.Is(err, advisory.ErrLost) {
-				t.Fatalf("Unlock after the loss: %v, want ErrLost", err)
+			if err := lk.Release(ctx); !errors.Is(err, advisory.ErrLost) {
+				t.Fatalf("Release after the loss: %v, want ErrLost", err)
 			}
 			waitNoLocks(t, adm)
 		})

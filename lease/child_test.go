@@ -155,7 +155,7 @@ func exclusionChild() int {
 		go func() {
 			defer wg.Done()
 			me := fmt.Sprintf("%s/%d", proc, g)
-			for range n {
+			for i := 0; i < n; i++ {
 				k := rand.IntN(keys)
 				l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), 500*time.Millisecond)
 				if err != nil {
@@ -163,6 +163,20 @@ func exclusionChild() int {
 					continue
 				}
 				rows, err := guarded(l, `UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, l.Token(), k)
+				if errors.Is(err, lease.ErrLost) {
+					// Lost under load before the section could enter (no
+					// renewal confirmed in time on a starved machine) — and
+					// reported: the guard refused, nothing was written. Only
+					// an overlap or an unreported loss breaks the promise.
+					mu.Lock()
+					lostReported++
+					mu.Unlock()
+					if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
+						fail(false, rerr)
+					}
+					i-- // the parent counts n sections per goroutine: redo this one
+					continue
+				}
 				if err == nil && rows != 1 {
 					err = errOverlap
 				}

@@ -27,6 +27,9 @@
 // pgx batch, with no round trip of its own. This is what stops a holder
 // that was paused past its TTL.
 //
+// A Lease is a [sqlock.Fenced] lock; [Manager.Acquirer] takes leases of one
+// TTL through [sqlock.Acquirer], for code that also runs on advisory locks.
+//
 // Waiters learn of a release through LISTEN/NOTIFY; behind PgBouncer in
 // transaction mode use [WithPolling]. docs/lease.md has the statements and
 // the reasoning behind them.

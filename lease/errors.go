@@ -5,24 +5,28 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
 	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // Errors. Every error this package returns is an *Error matching one of
 // these with errors.Is, or one of the shared sentinels of package sqlock
 // (ErrNilHandle, ErrInvalidOption, ErrUnsupported), or carries the
-// database's or the context's error as its cause.
+// database's or the context's error as its cause. ErrNotAcquired,
+// ErrTimeout and ErrLost also match sqlock's of the same name, as every
+// lock backend's do.
 var (
 	// ErrNotAcquired: TryAcquire found the lease held by someone else.
-	ErrNotAcquired = errors.New("lease: held by someone else")
+	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "lease: held by someone else")
 	// ErrTimeout: Acquire waited for its whole bound (WithTimeout, or the
 	// context's deadline, which then also matches
 	// context.DeadlineExceeded) and the lease stayed held.
-	ErrTimeout = errors.New("lease: timed out waiting for the lease")
+	ErrTimeout = errs.New(sqlock.ErrTimeout, "lease: timed out waiting for the lease")
 	// ErrLost: the lease can no longer be trusted — it was not renewed in
 	// time, the server no longer has it as this holder's, or it reached
 	// its maximum hold time. Guard refuses with it.
-	ErrLost = errors.New("lease: lost")
+	ErrLost = errs.New(sqlock.ErrLost, "lease: lost")
 	// ErrNotHeld: Release or Guard of a lease that was already released,
 	// or a Release the server refused because the lease had expired or
 	// been taken over (then nothing changed).

@@ -10,14 +10,14 @@ import "github.com/sqlock/sqlock/internal/lockedtx"
 var (
 	// ErrTimeout is matched by the error returned when the wait for a
 	// lock ran out ([WithTimeout]; SQLSTATE 55P03, which the error wraps).
-	// fn did not run. It also matches advisory.ErrTimeout, and
+	// fn did not run. It also matches advisory.ErrTimeout and sqlock.ErrTimeout, and
 	// context.DeadlineExceeded when the context's deadline set the bound
 	// (then it is never retried: see docs/txlock.md). Otherwise it is not
 	// retried unless asked, e.g. with [WithRetry](retry.RetryLockTimeout()).
 	ErrTimeout = lockedtx.ErrTimeout
 	// ErrNotAcquired is matched by the error returned with [TryOnce] when a
 	// key was held elsewhere. fn did not run. It also matches
-	// advisory.ErrNotAcquired.
+	// advisory.ErrNotAcquired and sqlock.ErrNotAcquired.
 	ErrNotAcquired = lockedtx.ErrNotAcquired
 	// ErrAlreadyHeld is matched by the error for a transaction asked for
 	// with a context that carries a lock of the same key taken through the

@@ -125,7 +125,7 @@ func TestNestedAcrossPackages(t *testing.T) {
 	err = txlock.DoPgx(ctx, pool, k, func(ctx context.Context, _ pgx.Tx) error {
 		lk, err := l.Lock(ctx, k)
 		if err == nil {
-			lk.Unlock(ctx)
+			lk.Release(ctx)
 		}
 		return err
 	})

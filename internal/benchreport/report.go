@@ -53,7 +53,7 @@ func report(benches []bench, results []contention.Result, workers []int, count i
 		}
 		w("\nTargets (from the issues): versioned UPDATE helper vs hand-written ≥ 0.97; GORM plugin DryRun ≤ 1.2× ")
 		w("and ≤ +10 allocs, end-to-end ≤ 1.03×; txlock uncontended ≥ 0.97 (pgx) and ≥ 0.85 (database/sql); ")
-		w("txlock hot key ≥ 1.25× FOR UPDATE's throughput with at most half its p99; advisory TryLock+Unlock ≥ 0.9 ")
+		w("txlock hot key ≥ 1.25× FOR UPDATE's throughput with at most half its p99; advisory TryLock+Release ≥ 0.9 ")
 		w("of the same statements by hand; sqlx struct-driven update vs hand-written ≥ 0.97. ")
 		w("txlock's floor-ratio is BEGIN plus the cheapest statement there is (a prepared SELECT $1::int8) in one ")
 		w("batch against the unlocked transaction: the most any locked form can reach on the machine at hand; ")

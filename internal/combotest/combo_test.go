@@ -309,8 +309,8 @@ func TestTimeoutOptionsShareOneMeaning(t *testing.T) {
 		"advisory.WithTimeout": func(d time.Duration) error {
 			return advisory.New(h, advisory.WithTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
 		},
-		"advisory.WithUnlockTimeout": func(d time.Duration) error {
-			return advisory.NewPool(pool, advisory.WithUnlockTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
+		"advisory.WithReleaseTimeout": func(d time.Duration) error {
+			return advisory.NewPool(pool, advisory.WithReleaseTimeout(d)).Do(ctx, key, func(context.Context) error { return nil })
 		},
 		"advisory.WithKeepalive": func(d time.Duration) error {
 			return advisory.New(h, advisory.WithKeepalive(d)).Do(ctx, key, func(context.Context) error { return nil })

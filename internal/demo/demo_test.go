@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
@@ -42,9 +43,10 @@ type result struct {
 }
 
 var demoRun struct {
-	once sync.Once
-	got  map[string]map[string]result // scenario, strategy
-	err  error
+	once   sync.Once
+	got    map[string]map[string]result // scenario, strategy
+	paused map[string]pausedRow         // strategy
+	err    error
 }
 
 // runDemo runs every scenario once per test binary, with real OS processes
@@ -54,14 +56,16 @@ func runDemo(t *testing.T) map[string]map[string]result {
 	demoRun.once.Do(func() {
 		db := pgtest.New(t)
 		got := map[string]map[string]result{}
+		paused := map[string]pausedRow{}
 		demoRun.err = Run(context.Background(), Config{DSN: db.DSN, Out: io.Discard, Progress: io.Discard,
 			Rows: func(sc, st string, s Stats, anomalies int) {
 				if got[sc] == nil {
 					got[sc] = map[string]result{}
 				}
 				got[sc][st] = result{s, anomalies}
-			}})
-		demoRun.got = got
+			},
+			paused: func(r pausedRow) { paused[r.strategy.name] = r }})
+		demoRun.got, demoRun.paused = got, paused
 	})
 	if demoRun.err != nil {
 		t.Fatal(demoRun.err)
@@ -100,6 +104,55 @@ func TestDemo(t *testing.T) {
 			if s.Successes != want.ok {
 				t.Errorf("%s/%s: %d completed, want %d", sc.name, st.name, s.Successes, want.ok)
 			}
+		}
+	}
+}
+
+// TestPausedHolderLosesAnUpdateOnlyWithoutAFence: replica A, frozen by
+// SIGSTOP for 2 × TTL between its read and its write, loses B's deposit
+// every time when the lock can move to B and nothing checks A's late
+// write — a lease written without fencing, an advisory lock whose session
+// ended in the pause. With lease.Guard or a fence column the late write is
+// refused, redone under a new lease, and both deposits count; B's token is
+// greater than A's. An advisory lock whose session outlives the pause
+// never moves: B is still waiting when A resumes (seen in pg_locks), and
+// nothing is lost.
+func TestPausedHolderLosesAnUpdateOnlyWithoutAFence(t *testing.T) {
+	runDemo(t)
+	want := map[string]struct {
+		lost      int
+		aLanded   bool
+		takenOver bool
+	}{
+		"TTL lock, no fencing":    {1, true, true},
+		"lease + Guard":           {0, false, true},
+		"lease + fence column":    {0, false, true},
+		"advisory lock":           {0, true, false},
+		"advisory, session ended": {1, true, true},
+	}
+	for _, st := range pausedStrategies {
+		r, ok := demoRun.paused[st.name]
+		w, known := want[st.name]
+		if !ok || !known {
+			t.Errorf("%s: ran %v, expected %v", st.name, ok, known)
+			continue
+		}
+		t.Logf("%s: B waited %v, A's write landed %v, balance %d, lost %d, A's release: %q",
+			st.name, time.Duration(r.b.Wait), r.a.Landed, r.balance, r.lost, r.a.Release)
+		if r.lost != w.lost || r.a.Landed != w.aLanded {
+			t.Errorf("%s: %d lost updates, A's late write landed %v; want %d, %v", st.name, r.lost, r.a.Landed, w.lost, w.aLanded)
+		}
+		if r.a.Retried == r.a.Landed {
+			t.Errorf("%s: A retried %v after its write landed %v", st.name, r.a.Retried, r.a.Landed)
+		}
+		if !w.takenOver && !r.bWaited {
+			t.Errorf("%s: B was not waiting for the lock when A resumed", st.name)
+		}
+		if st.lease && r.b.Token <= r.a.Token {
+			t.Errorf("%s: B's token %d not greater than A's %d", st.name, r.b.Token, r.a.Token)
+		}
+		if w.takenOver && r.a.Release == "" {
+			t.Errorf("%s: A's Release after the takeover succeeded", st.name)
 		}
 	}
 }

@@ -13,4 +13,9 @@
 // from the workers' own accounting. The naive strategies open a real race
 // window (a simulated provider call or think time between the check and the
 // write), so their anomalies are real races between processes.
+//
+// The paused-holder scenario (paused.go) is driven step by step instead:
+// one replica is frozen with SIGSTOP while it holds the lock, past the
+// lease's TTL, and resumed after the other has written, so each strategy
+// shows the same outcome on every run.
 package demo

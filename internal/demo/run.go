@@ -37,6 +37,9 @@ type Config struct {
 	Progress  io.Writer // a progress line, rewritten in place on a terminal
 	// Rows, when set, receives every result row (for tests).
 	Rows func(scenario, strategy string, s Stats, anomalies int)
+	// paused, when set, receives every row of the paused-holder scenario
+	// (for tests).
+	paused func(pausedRow)
 }
 
 // Run is the coordinator: it runs every scenario and prints a table each.
@@ -62,6 +65,10 @@ func Run(ctx context.Context, cfg Config) error {
 		if selected(cfg.Scenarios, sc.name) {
 			total += len(sc.strategies)
 		}
+	}
+	runsPaused := selected(cfg.Scenarios, pausedName)
+	if runsPaused {
+		total += len(pausedStrategies)
 	}
 	if total == 0 {
 		return fmt.Errorf("no scenario matches %v (have %s)", cfg.Scenarios, scenarioNames())
@@ -89,6 +96,14 @@ func Run(ctx context.Context, cfg Config) error {
 		p.done()
 		printTable(cfg.Out, sc, rows)
 	}
+	if runsPaused {
+		rows, err := runPaused(ctx, exe, dsn, p, &done, total, cfg.paused)
+		p.done()
+		if err != nil {
+			return err
+		}
+		printPaused(cfg.Out, rows)
+	}
 	fmt.Fprintf(cfg.Out, "demo finished in %.1fs\n", time.Since(start).Seconds())
 	return nil
 }
@@ -110,7 +125,7 @@ func scenarioNames() string {
 	for _, sc := range scenarios {
 		names = append(names, sc.name)
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(append(names, pausedName), ", ")
 }
 
 type row struct {
@@ -258,7 +273,11 @@ func MaybeWorker() {
 	}
 	replica, _ := strconv.Atoi(parts[2])
 	cfg := workerConfig{DSN: os.Getenv(dsnEnv), Scenario: parts[0], Strategy: parts[1], Replica: replica}
-	if err := worker(context.Background(), cfg, os.Stdin, os.Stdout); err != nil {
+	run := worker
+	if cfg.Scenario == pausedName {
+		run = pausedWorker
+	}
+	if err := run(context.Background(), cfg, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "demo worker %s: %v\n", spec, err)
 		os.Exit(1)
 	}

@@ -22,3 +22,7 @@ func (e *Error) Error() string { return e.msg }
 
 // Is reports whether target is the sentinel this error stands for.
 func (e *Error) Is(target error) bool { return target == e.kind }
+
+// Unwrap returns the sentinel, so that what it matches in turn is matched
+// too: txlock's timeout stands for advisory's, which stands for sqlock's.
+func (e *Error) Unwrap() error { return e.kind }

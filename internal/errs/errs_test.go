@@ -22,3 +22,17 @@ func TestErrorMatchesItsKindOnly(t *testing.T) {
 		t.Fatal("the error matches a sentinel it does not stand for")
 	}
 }
+
+// TestErrorMatchesWhatItsKindMatches: an error made for another package's
+// sentinel matches what that sentinel matches in turn — txlock's timeout is
+// advisory's, which is sqlock's.
+func TestErrorMatchesWhatItsKindMatches(t *testing.T) {
+	inner := errs.New(sqlock.ErrTimeout, "advisory: timed out")
+	outer := fmt.Errorf("Do: %w", errs.New(inner, "txlock: timed out"))
+	if !errors.Is(outer, inner) || !errors.Is(outer, sqlock.ErrTimeout) {
+		t.Fatal("the outer error does not match its kind's kind")
+	}
+	if errors.Is(outer, sqlock.ErrLost) || errors.Is(inner, outer) {
+		t.Fatal("an error matches what it does not stand for")
+	}
+}

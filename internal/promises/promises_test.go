@@ -65,16 +65,17 @@ var declared = map[string]map[string]bool{}
 
 // declares reports whether the package directory dir has a _test.go file
 // declaring the function name (internal and external test packages alike).
+// The root package is named sqlock.
 func declares(t *testing.T, dir, name string) bool {
 	t.Helper()
 	names, ok := declared[dir]
 	if !ok {
 		names = map[string]bool{}
-		pkgDir := dir
-		if dir == "sqlock" { // the root package
-			pkgDir = "."
+		path := dir
+		if dir == "sqlock" {
+			path = "."
 		}
-		files, err := filepath.Glob(filepath.Join(root, pkgDir, "*_test.go"))
+		files, err := filepath.Glob(filepath.Join(root, path, "*_test.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
