@@ -490,3 +490,36 @@ func TestFencedWriteCostsNoExtraRoundTrip(t *testing.T) {
 	}
 	t.Logf("round trips: unfenced update %d, fenced %d, fenced struct %d, refused %d", p, f, s, r)
 }
+
+// A lease's Context carries its fencing token, so struct writes made with
+// it are fenced with no extra line: the new holder's land, the old
+// holder's are refused by the row.
+func TestLeaseContextFencesStructWrites(t *testing.T) {
+	ctx := ctxT(t)
+	pg, db := fencedOrders(t)
+	old, new := takeover(t, pg, "orders-ctx")
+	newCtx, cancelNew := new.Context(ctx)
+	defer cancelNew()
+	if tok, ok := sqlock.FencingToken(newCtx); !ok || tok != new.Token() {
+		t.Fatalf("the lease's context carries token %d (%t), want %d", tok, ok, new.Token())
+	}
+	o := Order{ID: 1, Status: "paid", Version: 1}
+	if err := versioned.UpdateStruct(newCtx, db, ordersT, &o, versioned.Set("status", o.Status)); err != nil {
+		t.Fatal(err)
+	}
+	if o.Fence != new.Token() {
+		t.Fatalf("fence field %d, want the new holder's token %d", o.Fence, new.Token())
+	}
+	before := snapshot(t, db, "orders")
+	// The old holder still believes it holds the lease (its local deadline
+	// has not passed), so its context is live: only the row can refuse it.
+	oldCtx, cancelOld := old.Context(ctx)
+	defer cancelOld()
+	stale := Order{ID: 1, Status: "refunded", Version: 2}
+	if err := versioned.UpdateStruct(oldCtx, db, ordersT, &stale, versioned.Set("status", stale.Status)); !errors.Is(err, versioned.ErrFenced) {
+		t.Fatalf("old holder's write through its lease's context: %v, want ErrFenced", err)
+	}
+	if after := snapshot(t, db, "orders"); after != before {
+		t.Fatalf("a fenced-out write changed the table:\n%s\n%s", before, after)
+	}
+}
