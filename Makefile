@@ -17,8 +17,8 @@ MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesM
 
 # The Debian packages each command needs; scripts/ensure-deps.sh installs the
 # missing ones as root, or prints the apt-get line to run. It also knows
-# redis-server and mariadb-server, for tests that will need them.
-TEST_DEPS := postgresql pgbouncer
+# mariadb-server, for tests that will need it; redislock's tests need redis-server.
+TEST_DEPS := postgresql pgbouncer redis-server
 DEMO_DEPS := postgresql
 
 .PHONY: test lint deps deps-demo demo bench bench-report fuzz
