@@ -1,0 +1,39 @@
+// Package redislock provides the Redis lock of the article sqlock
+// implements — on one server, and as Redlock over N independent servers —
+// behind the same interface as sqlock's PostgreSQL locks, on go-redis v9.
+//
+// A [Locker] ([New], over any [redis.UniversalClient]) takes a lock on one
+// server with one script: SET key owner NX PX ttl, where owner is 128
+// random bits, and INCR of the counter key+[FenceSuffix] in the same atomic
+// step, so that [Lock.Token] is a fencing token greater than every earlier
+// holder's. [Locker.Acquire] waits, with jittered retries, bounded by
+// [WithTimeout]; [Locker.TryAcquire] returns [ErrNotAcquired] at once.
+// Release and renewal are scripts that act only while the key holds the
+// owner; acquire and release are one round trip each.
+//
+// A [Redlock] ([NewRedlock], over an odd number ≥ 3 of clients) sets the
+// key on every server in parallel and holds the lock when a majority
+// granted it within its validity: the TTL less the time the attempt took
+// and the drift allowance (1% of the TTL plus 2 ms). Otherwise it deletes
+// what it got and retries after a random pause. A [RedlockLock] has no
+// fencing token, and is not a [sqlock.Fenced]: the servers share no
+// counter, and a server that restarts without its data lets a second holder
+// in while the first still believes it holds the lock.
+//
+// Either lock is renewed every TTL/3, transient failures retried while time
+// remains. Lost and Context end when it can no longer be trusted: at the
+// latest when the TTL less the drift allowance has passed since the last
+// confirmed acquiring or renewing command was sent, on the local monotonic
+// clock — before the key can expire on the server.
+//
+// What Redis guarantees, and what it does not: a lock is as safe as its
+// assumptions. Redlock assumes clocks that drift by less than the
+// allowance and no process or network pause longer than the validity. A
+// single server's fencing token survives a crash only with
+// appendfsync always, and never a failover to a replica that missed the
+// increment. A holder paused past its TTL wakes up believing it holds the
+// lock until Lost fires; only a check in the protected data stops its
+// writes — which is why the safe pairing is a [Lock]'s token checked by a
+// fenced write in PostgreSQL (versioned, sqlxhelpers, gormplugin; the
+// token travels in [Lock.Context]). docs/redislock.md has the details.
+package redislock

@@ -1,0 +1,208 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/redislock"
+)
+
+// TestAcquireIsOneAtomicStepWithItsToken: the key holds a 128-bit owner
+// with the TTL as its expiry, the fence counter equals the token, a second
+// TryAcquire is refused at once with ErrNotAcquired (sqlock's too), and
+// each new holder's token is greater.
+func TestAcquireIsOneAtomicStepWithItsToken(t *testing.T) {
+	leakCheck(t)
+	s := redistest.New(t, redistest.Options{})
+	c := s.Client(t, nil)
+	lk := redislock.New(c)
+	ctx := context.Background()
+	var last int64
+	for range 3 {
+		l := must[*redislock.Lock](t)(lk.Acquire(ctx, "k", time.Second))
+		owner := must[string](t)(c.Get(ctx, "k").Result())
+		pttl := must[time.Duration](t)(c.PTTL(ctx, "k").Result())
+		fence := must[int64](t)(c.Get(ctx, "k"+redislock.FenceSuffix).Int64())
+		if len(owner) != 32 || pttl <= 0 || pttl > time.Second || fence != l.Token() || l.Token() <= last {
+			t.Fatalf("owner %q pttl %v fence %d token %d (last %d)", owner, pttl, fence, l.Token(), last)
+		}
+		last = l.Token()
+		start := time.Now()
+		_, err := lk.TryAcquire(ctx, "k", time.Second)
+		if !errors.Is(err, redislock.ErrNotAcquired) || !errors.Is(err, sqlock.ErrNotAcquired) || time.Since(start) > time.Second/2 {
+			t.Fatalf("TryAcquire of a held lock: %v after %v", err, time.Since(start))
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := must[int64](t)(c.Exists(ctx, "k").Result()); n != 0 {
+			t.Fatal("the key survived Release")
+		}
+		if err := l.Release(ctx); !errors.Is(err, redislock.ErrNotHeld) {
+			t.Fatalf("second Release: %v, want ErrNotHeld", err)
+		}
+	}
+}
+
+// TestAcquireWaitsForTheHolder: Acquire waits while the lock is held and
+// gets it once the holder releases; with the lock never released it times
+// out after its bound with ErrTimeout.
+func TestAcquireWaitsForTheHolder(t *testing.T) {
+	leakCheck(t)
+	s := redistest.New(t, redistest.Options{})
+	lat := s.Latency(t)
+	lk := redislock.New(s.Client(t, nil), redislock.WithTimeout(max(200*time.Millisecond, 50*lat)))
+	ctx := context.Background()
+	l := must[*redislock.Lock](t)(lk.Acquire(ctx, "k", time.Second))
+	released := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the holder's work
+		released <- time.Now()
+		l.Release(ctx)
+	}()
+	l2 := must[*redislock.Lock](t)(lk.Acquire(ctx, "k", time.Second))
+	got := time.Now()
+	if rel := <-released; got.Before(rel) || l2.Token() <= l.Token() {
+		t.Fatalf("acquired at %v before the release at %v, or token %d ≤ %d", got, rel, l2.Token(), l.Token())
+	}
+	start := time.Now()
+	_, err := lk.Acquire(ctx, "k", time.Second)
+	if !errors.Is(err, redislock.ErrTimeout) || !errors.Is(err, sqlock.ErrTimeout) || time.Since(start) < 200*time.Millisecond {
+		t.Fatalf("Acquire of a held lock: %v after %v", err, time.Since(start))
+	}
+	l2.Release(ctx)
+}
+
+// TestLostWhenTheKeyIsTakenOver: a holder whose key was deleted and taken
+// by someone else learns it at its next renewal: Lost fires, Err and the
+// Context's cause match ErrLost, and Release changes nothing (ErrNotHeld).
+func TestLostWhenTheKeyIsTakenOver(t *testing.T) {
+	leakCheck(t)
+	s := redistest.New(t, redistest.Options{})
+	c := s.Client(t, nil)
+	lk := redislock.New(c)
+	ctx := context.Background()
+	ttl := max(300*time.Millisecond, 30*s.Latency(t))
+	l := must[*redislock.Lock](t)(lk.Acquire(ctx, "k", ttl))
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	if err := c.Set(ctx, "k", "someone else", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(ttl):
+		t.Fatalf("Lost did not fire within the TTL %v", ttl)
+	}
+	<-lctx.Done()
+	if !errors.Is(l.Err(), redislock.ErrLost) || !errors.Is(context.Cause(lctx), sqlock.ErrLost) {
+		t.Fatalf("Err %v, cause %v", l.Err(), context.Cause(lctx))
+	}
+	if err := l.Release(ctx); !errors.Is(err, redislock.ErrNotHeld) {
+		t.Fatalf("Release: %v", err)
+	}
+	if v := must[string](t)(c.Get(ctx, "k").Result()); v != "someone else" {
+		t.Fatalf("Release changed the new holder's key: %q", v)
+	}
+}
+
+// TestRenewalSurvivesTransientErrors: a lock held for 20 × TTL while,
+// every TTL/4, the client's connections are killed or the server is paused
+// for TTL/6 (the client's read timeout is shorter, so each pause is an
+// error too) is never lost, and its key never expires.
+func TestRenewalSurvivesTransientErrors(t *testing.T) {
+	leakCheck(t)
+	s := redistest.New(t, redistest.Options{})
+	ttl := max(300*time.Millisecond, 60*s.Latency(t))
+	c := s.Client(t, func(o *redis.Options) {
+		o.MaxRetries = -1 // every failure reaches the renewal
+		o.ReadTimeout = ttl / 12
+		o.ContextTimeoutEnabled = true
+	})
+	admin := s.Client(t, nil)
+	ctx := context.Background()
+	l := must[*redislock.Lock](t)(redislock.New(c).Acquire(ctx, "k", ttl))
+	faults := 0
+	for end := time.Now().Add(20 * ttl); time.Now().Before(end); faults++ {
+		time.Sleep(ttl / 4) // between faults
+		if faults%2 == 0 {
+			admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes")
+			continue
+		}
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl / 6) // the fault's length
+		if err := s.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lost after %d faults: %v", faults, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release after %d faults: %v", faults, err)
+	}
+	t.Logf("TTL %v: held for 20 × TTL through %d faults", ttl, faults)
+}
+
+// TestContextCarriesTheFencingToken: a Lock's Context carries its token
+// (sqlock.FencingToken); a RedlockLock's carries none.
+func TestContextCarriesTheFencingToken(t *testing.T) {
+	leakCheck(t)
+	servers := redistest.NewN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	l := must[*redislock.Lock](t)(redislock.New(servers[0].Client(t, nil)).Acquire(ctx, "k", time.Second))
+	defer l.Release(ctx)
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	if tok, ok := sqlock.FencingToken(lctx); !ok || tok != l.Token() {
+		t.Fatalf("token in context %d %t, lock's %d", tok, ok, l.Token())
+	}
+	rl := must[*redislock.RedlockLock](t)(redislock.NewRedlock(clients(t, servers)).Acquire(ctx, "r", time.Second))
+	defer rl.Release(ctx)
+	rctx, rcancel := rl.Context(ctx)
+	defer rcancel()
+	if _, ok := sqlock.FencingToken(rctx); ok {
+		t.Fatal("a Redlock lock's context carries a fencing token")
+	}
+}
+
+// TestAcquirersAdaptEachBackend: Acquirer(ttl) serves sqlock.Acquirer; a
+// single server's locks are sqlock.Fenced, Redlock's are not.
+func TestAcquirersAdaptEachBackend(t *testing.T) {
+	leakCheck(t)
+	servers := redistest.NewN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		a      sqlock.Acquirer
+		fenced bool
+	}{
+		{"single", redislock.New(servers[0].Client(t, nil)).Acquirer(time.Second), true},
+		{"redlock", redislock.NewRedlock(clients(t, servers)).Acquirer(time.Second), false},
+	} {
+		l, err := c.a.Acquire(ctx, c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := l.(sqlock.Fenced); ok != c.fenced {
+			t.Errorf("%s: Fenced %t", c.name, ok)
+		}
+		if l2, err := c.a.TryAcquire(ctx, c.name); l2 != nil || !errors.Is(err, sqlock.ErrNotAcquired) {
+			t.Errorf("%s: TryAcquire of a held lock: %v, %v", c.name, l2, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Error(err)
+		}
+		if l, err := c.a.TryAcquire(ctx, ""); l != nil || !errors.Is(err, redislock.ErrInvalid) {
+			t.Errorf("%s: empty key: %v", c.name, err)
+		}
+	}
+}

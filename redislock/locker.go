@@ -1,0 +1,265 @@
+package redislock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
+)
+
+// MinTTL is the shortest TTL a lock may have: below it the drift allowance
+// (1% of the TTL plus 2 ms) and a renewal every TTL/3 leave no room. TTLs
+// are counted in whole milliseconds, as Redis's PX does.
+const MinTTL = 10 * time.Millisecond
+
+// FenceSuffix names the counter beside each lock's key that mints its
+// fencing tokens: key+FenceSuffix. In Redis Cluster, give keys a hash tag
+// ("{orders}:lock") so that both land in the same slot.
+const FenceSuffix = ":fence"
+
+// The scripts. Each is sent with EVALSHA, and with EVAL when the server
+// does not know it yet (redis.Script's fallback), so each is one round trip
+// once loaded.
+var (
+	// acquireScript takes the lock and mints its fencing token in one
+	// atomic step: {token, 0} if granted, {0, the holder's remaining ms}
+	// if not.
+	acquireScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {redis.call('INCR', KEYS[2]), 0}
+end
+return {0, redis.call('PTTL', KEYS[1])}`)
+	// extendScript sets the expiry only if the key is still the owner's.
+	extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
+	// releaseScript deletes the key only if it is still the owner's.
+	releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+)
+
+// Locker takes locks on one Redis server. It is safe for concurrent use;
+// make one per client and share it.
+type Locker struct {
+	c   redis.UniversalClient
+	cfg config
+	err error // from New: nil client or invalid option
+}
+
+// New returns a Locker on client (a *redis.Client, a *redis.ClusterClient,
+// a failover client — any [redis.UniversalClient]).
+//
+// New does not fail: a nil client or an invalid option is reported, as an
+// error matching [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by
+// every method.
+func New(client redis.UniversalClient, opts ...Option) *Locker {
+	lk := &Locker{c: client}
+	lk.cfg, lk.err = buildConfig(opts)
+	switch {
+	case lk.err != nil:
+		lk.err = &Error{Op: "new", Cause: lk.err}
+	case isNil(client):
+		lk.err = &Error{Op: "new", Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil client")}
+	}
+	return lk
+}
+
+// Acquire takes the lock called key for ttl, waiting while someone else
+// holds it — retrying after a jittered pause, never past the holder's
+// expiry — for at most the Locker's timeout (WithTimeout) or ctx's
+// deadline, whichever is first. A wait that runs out returns an error
+// matching [ErrTimeout].
+//
+// The lock is renewed every ttl/3 until Release; [Lock.Lost] fires when it
+// can no longer be trusted.
+func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	return lk.acquire(ctx, "acquire", key, ttl, true)
+}
+
+// TryAcquire is Acquire without the wait: if the lock is held it returns
+// an error matching [ErrNotAcquired] at once.
+func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	return lk.acquire(ctx, "tryacquire", key, ttl, false)
+}
+
+func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*Lock, error) {
+	if lk == nil {
+		return nil, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil Locker")}
+	}
+	if lk.err != nil {
+		return nil, lk.err
+	}
+	ttl, err := check(ctx, op, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, lk.cfg.timeout)
+	defer cancel()
+	srv := &oneServer{c: lk.c, keys: []string{key, key + FenceSuffix}, owner: newOwner(), ttl: ttl.Milliseconds()}
+	var w waiter
+	for {
+		sent := time.Now()
+		res, err := acquireScript.Run(ctx, lk.c, srv.keys, srv.owner, srv.ttl).Int64Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("unexpected reply %v", res)
+		}
+		if err != nil {
+			srv.cleanUp() // the answer may be lost, not the grant
+			if ctx.Err() != nil {
+				return nil, ctxError(op, key, ctx, nil)
+			}
+			return nil, &Error{Op: op, Key: key, Cause: err}
+		}
+		if res[0] > 0 {
+			l := &Lock{token: res[0]}
+			l.start(srv, key, ttl, sent)
+			return l, nil
+		}
+		if !wait {
+			return nil, &Error{Op: op, Key: key, Err: ErrNotAcquired}
+		}
+		if !w.pause(ctx, time.Duration(res[1])*time.Millisecond) {
+			return nil, ctxError(op, key, ctx, nil)
+		}
+	}
+}
+
+// check refuses bad input before anything is sent, and returns the TTL in
+// whole milliseconds.
+func check(ctx context.Context, op, key string, ttl time.Duration) (time.Duration, error) {
+	ttl = ttl.Truncate(time.Millisecond)
+	switch {
+	case key == "":
+		return 0, &Error{Op: op, Err: ErrInvalid, Cause: errors.New("empty key")}
+	case ttl < MinTTL:
+		return 0, &Error{Op: op, Key: key, Err: ErrInvalid,
+			Cause: fmt.Errorf("TTL %v is shorter than %v (drift allowance %v)", ttl, MinTTL, drift(ttl))}
+	case ctx == nil:
+		return 0, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil context")}
+	}
+	return ttl, nil
+}
+
+// Waits between attempts: a jittered pause that doubles from waitMin to
+// waitMax, never much past the holder's expiry.
+const (
+	waitMin = 4 * time.Millisecond
+	waitMax = 64 * time.Millisecond
+)
+
+type waiter struct{ d time.Duration }
+
+// pause waits before the next attempt; remaining is the holder's time left
+// (≤ 0: unknown). It reports false if ctx ended first.
+func (w *waiter) pause(ctx context.Context, remaining time.Duration) bool {
+	w.d = max(waitMin, min(2*w.d, waitMax))
+	d := w.d
+	if remaining > 0 {
+		d = min(d, remaining+time.Millisecond)
+	}
+	t := time.NewTimer(d/2 + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// cleanupTimeout bounds the release of an acquisition whose answer was
+// lost: if the server granted it, it is given back rather than left to
+// expire.
+const cleanupTimeout = 500 * time.Millisecond
+
+// oneServer is a lock held on one Redis server.
+type oneServer struct {
+	c     redis.UniversalClient
+	keys  []string // the lock's key, its fence counter's
+	owner string
+	ttl   int64 // ms
+}
+
+func (s *oneServer) extend(ctx context.Context) (refused bool, err error) {
+	n, err := extendScript.Run(ctx, s.c, s.keys[:1], s.owner, s.ttl).Int64()
+	return err == nil && n == 0, err
+}
+
+func (s *oneServer) release(ctx context.Context) (notHeld bool, err error) {
+	n, err := releaseScript.Run(ctx, s.c, s.keys[:1], s.owner).Int64()
+	return err == nil && n == 0, err
+}
+
+func (s *oneServer) cleanUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	s.release(ctx)
+}
+
+// Lock is a lock held on one Redis server, with a fencing token. Its
+// methods are safe for concurrent use.
+type Lock struct {
+	hold
+	token int64
+}
+
+// A Lock is a [sqlock.Lock] with a fencing token.
+var _ sqlock.Fenced = (*Lock)(nil)
+
+// Token is the lock's fencing token: the value of the counter key+[FenceSuffix]
+// that the acquiring script incremented in the same atomic step that took
+// the lock, so it is greater than every earlier holder's — as long as the
+// counter survives (appendfsync always, no failover to a replica that
+// missed the increment; see the package doc). Write it beside the data the
+// lock protects and refuse writes that carry a smaller one.
+func (l *Lock) Token() int64 { return l.token }
+
+// Context returns a context derived from parent that ends when the lock is
+// lost (its cause then matches [ErrLost]) or cancel is called, and that
+// carries the lock's fencing token ([sqlock.WithFencingToken]): the fenced
+// writes of versioned, sqlxhelpers and gormplugin made with it are refused
+// by PostgreSQL once a newer holder has written. Call cancel when done.
+func (l *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	return l.hold.Context(sqlock.WithFencingToken(parent, l.token))
+}
+
+// Release deletes the lock if it is still this holder's; see the hold's
+// rules: nil if the server confirmed, [ErrNotHeld] if it was not ours any
+// more or Release already ran, otherwise Redis's error.
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return &Error{Op: "release", Err: ErrNotHeld, Cause: errors.New("nil lock")}
+	}
+	return l.hold.Release(ctx)
+}
+
+// newOwner returns 128 random bits as hex: the owner value that the
+// scripts check.
+func newOwner() string {
+	var b [16]byte
+	crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// isNil reports whether c is nil or a typed nil pointer.
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

@@ -1,0 +1,76 @@
+package redislock_test
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/redistest"
+)
+
+// childEnv makes the test binary a worker process (see child_test.go)
+// instead of running tests.
+const childEnv = "REDISLOCK_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	pgtest.Main(m)
+}
+
+// leakCheck must be called first in a test: its cleanup then runs after
+// every client of the test is closed, and fails the test if a goroutine
+// started since is still running.
+func leakCheck(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		if err := goleak.Find(ignore); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// counter counts the commands a client sends (each one round trip: the
+// package sends no pipelines).
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// clients returns a client of each server, ContextTimeoutEnabled so that a
+// paused server costs a command no more than its context allows.
+func clients(t testing.TB, servers []*redistest.Server) []redis.UniversalClient {
+	cs := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		cs[i] = s.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	}
+	return cs
+}
+
+func must[T any](t testing.TB) func(v T, err error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}

@@ -1,0 +1,220 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
+)
+
+// Redlock takes locks on a majority of N independent Redis servers (the
+// Redlock algorithm). It is safe for concurrent use.
+type Redlock struct {
+	cs     []redis.UniversalClient
+	quorum int
+	cfg    config
+	err    error
+}
+
+// NewRedlock returns a Redlock over clients: an odd number, at least 3, of
+// clients of independent servers (masters with no replication between
+// them). Give each client ContextTimeoutEnabled (go-redis's option) so
+// that a server that stops answering costs an attempt no more than the
+// lock's validity.
+//
+// NewRedlock does not fail: a nil client, an even count or fewer than 3,
+// or an invalid option is reported, as an error matching
+// [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by every method.
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
+	r := &Redlock{cs: append([]redis.UniversalClient(nil), clients...), quorum: len(clients)/2 + 1}
+	r.cfg, r.err = buildConfig(opts)
+	if r.err != nil {
+		r.err = &Error{Op: "new", Cause: r.err}
+		return r
+	}
+	if n := len(clients); n < 3 || n%2 == 0 {
+		r.err = &Error{Op: "new", Cause: errs.New(sqlock.ErrInvalidOption,
+			"redislock: Redlock needs an odd number of servers, at least 3, not %d", n)}
+		return r
+	}
+	for i, c := range clients {
+		if isNil(c) {
+			r.err = &Error{Op: "new", Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil client %d", i)}
+			return r
+		}
+	}
+	return r
+}
+
+// Acquire takes the lock called key for ttl on a majority of the servers,
+// waiting while it is held: after an attempt that does not get a majority
+// within the validity (ttl less the time the attempt took and the drift
+// allowance), it deletes what it got everywhere and tries again after a
+// random pause, for at most the Redlock's timeout (WithTimeout) or ctx's
+// deadline. A wait that runs out returns an error matching [ErrTimeout]
+// (and [ErrNoQuorum] when the last attempt reached fewer than a majority of
+// the servers).
+//
+// The lock is extended on a majority every ttl/3 until Release;
+// [RedlockLock.Lost] fires when it can no longer be trusted.
+func (r *Redlock) Acquire(ctx context.Context, key string, ttl time.Duration) (*RedlockLock, error) {
+	return r.acquire(ctx, "acquire", key, ttl, true)
+}
+
+// TryAcquire is Acquire with one attempt: if no majority was granted it
+// returns an error matching [ErrNotAcquired], or [ErrNoQuorum] if fewer than
+// a majority of the servers answered.
+func (r *Redlock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*RedlockLock, error) {
+	return r.acquire(ctx, "tryacquire", key, ttl, false)
+}
+
+func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*RedlockLock, error) {
+	if r == nil {
+		return nil, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil Redlock")}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	ttl, err := check(ctx, op, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
+	defer cancel()
+	srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl}
+	var w waiter
+	for {
+		sent := time.Now()
+		granted, answered, err := srv.try(ctx, sent.Add(ttl-drift(ttl)))
+		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
+			l := &RedlockLock{}
+			l.start(srv, key, ttl, sent)
+			return l, nil
+		}
+		if granted > 0 || err != nil {
+			srv.cleanUp() // a minority, a late majority, or answers lost
+		}
+		var last error
+		if answered < r.quorum {
+			last = &Error{Op: op, Key: key, Err: ErrNoQuorum, Cause: err}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctxError(op, key, ctx, last)
+		case !wait && last != nil:
+			return nil, last
+		case !wait:
+			return nil, &Error{Op: op, Key: key, Err: ErrNotAcquired}
+		}
+		if !w.pause(ctx, 0) {
+			return nil, ctxError(op, key, ctx, last)
+		}
+	}
+}
+
+// majority is a lock held on a majority of a Redlock's servers.
+type majority struct {
+	r     *Redlock
+	key   string
+	owner string
+	ttl   time.Duration
+}
+
+// each runs f on every server in parallel and returns how many said yes,
+// how many said no, and the errors of the others.
+func (m *majority) each(ctx context.Context, f func(context.Context, redis.UniversalClient) (bool, error)) (yes, no int, err error) {
+	var mu sync.Mutex
+	var errList []error
+	var wg sync.WaitGroup
+	for i, c := range m.r.cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := f(ctx, c)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errList = append(errList, fmt.Errorf("server %d: %w", i, err))
+			case ok:
+				yes++
+			default:
+				no++
+			}
+		}()
+	}
+	wg.Wait()
+	return yes, no, errors.Join(errList...)
+}
+
+// try is one acquisition attempt on every server, each bounded by the
+// lock's validity.
+func (m *majority) try(ctx context.Context, until time.Time) (granted, answered int, err error) {
+	ctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	yes, no, err := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+		return c.SetNX(ctx, m.key, m.owner, m.ttl).Result()
+	})
+	return yes, yes + no, err
+}
+
+func (m *majority) extend(ctx context.Context) (refused bool, err error) {
+	yes, no, err := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+		n, err := extendScript.Run(ctx, c, []string{m.key}, m.owner, m.ttl.Milliseconds()).Int64()
+		return n == 1, err
+	})
+	switch {
+	case yes >= m.r.quorum:
+		return false, nil
+	case no > len(m.r.cs)-m.r.quorum:
+		return true, nil // a majority can no longer be this holder's
+	}
+	return false, &Error{Op: "hold", Key: m.key, Err: ErrNoQuorum, Cause: err}
+}
+
+func (m *majority) release(ctx context.Context) (notHeld bool, err error) {
+	yes, no, err := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+		n, err := releaseScript.Run(ctx, c, []string{m.key}, m.owner).Int64()
+		return n == 1, err
+	})
+	switch {
+	case yes >= m.r.quorum:
+		return false, nil
+	case no > len(m.r.cs)-m.r.quorum:
+		return true, nil
+	}
+	return false, &Error{Op: "release", Key: m.key, Err: ErrNoQuorum, Cause: err}
+}
+
+func (m *majority) cleanUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	m.release(ctx)
+}
+
+// RedlockLock is a lock held on a majority of a Redlock's servers. It has
+// no fencing token: the servers share no counter, and a token minted on a
+// majority can repeat after a server restarts without its data (see the
+// package doc), so it is a [sqlock.Lock] but not a [sqlock.Fenced]. Its
+// methods are safe for concurrent use.
+type RedlockLock struct {
+	hold
+}
+
+var _ sqlock.Lock = (*RedlockLock)(nil)
+
+// Release deletes the lock on every server where it is still this
+// holder's: nil if a majority confirmed, [ErrNotHeld] if too few had it for
+// a majority or Release already ran, otherwise the servers' errors.
+func (l *RedlockLock) Release(ctx context.Context) error {
+	if l == nil {
+		return &Error{Op: "release", Err: ErrNotHeld, Cause: errors.New("nil lock")}
+	}
+	return l.hold.Release(ctx)
+}
