@@ -39,10 +39,22 @@ func TestBadInputIsRefusedBeforeAnythingIsSent(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, try := range []func(context.Context, string, time.Duration) error{
-			func(ctx context.Context, k string, d time.Duration) error { _, err := lk.Acquire(ctx, k, d); return err },
-			func(ctx context.Context, k string, d time.Duration) error { _, err := lk.TryAcquire(ctx, k, d); return err },
-			func(ctx context.Context, k string, d time.Duration) error { _, err := rl.Acquire(ctx, k, d); return err },
-			func(ctx context.Context, k string, d time.Duration) error { _, err := rl.TryAcquire(ctx, k, d); return err },
+			func(ctx context.Context, k string, d time.Duration) error {
+				_, err := lk.Acquire(ctx, k, d)
+				return err
+			},
+			func(ctx context.Context, k string, d time.Duration) error {
+				_, err := lk.TryAcquire(ctx, k, d)
+				return err
+			},
+			func(ctx context.Context, k string, d time.Duration) error {
+				_, err := rl.Acquire(ctx, k, d)
+				return err
+			},
+			func(ctx context.Context, k string, d time.Duration) error {
+				_, err := rl.TryAcquire(ctx, k, d)
+				return err
+			},
 		} {
 			if err := try(ctx, c.key, c.ttl); !errors.Is(err, redislock.ErrInvalid) {
 				t.Errorf("key %q ttl %v: %v, want ErrInvalid", c.key, c.ttl, err)

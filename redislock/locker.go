@@ -109,9 +109,12 @@ func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, lk.cfg.timeout)
 	defer cancel()
-	srv := &oneServer{c: lk.c, keys: []string{key, key + FenceSuffix}, owner: newOwner(), ttl: ttl.Milliseconds()}
+	keys := []string{key, key + FenceSuffix}
 	var w waiter
 	for {
+		// A fresh owner for each attempt, so that a late command of one
+		// given up cannot touch the next's key.
+		srv := &oneServer{c: lk.c, keys: keys, owner: newOwner(), ttl: ttl.Milliseconds()}
 		sent := time.Now()
 		res, err := acquireScript.Run(ctx, lk.c, srv.keys, srv.owner, srv.ttl).Int64Slice()
 		if err == nil && len(res) != 2 {

@@ -24,9 +24,11 @@ type Redlock struct {
 
 // NewRedlock returns a Redlock over clients: an odd number, at least 3, of
 // clients of independent servers (masters with no replication between
-// them). Give each client ContextTimeoutEnabled (go-redis's option) so
-// that a server that stops answering costs an attempt no more than the
-// lock's validity.
+// them). Configure each client so that a server that stops answering or
+// is down costs an attempt no more than the algorithm allows:
+// ContextTimeoutEnabled (commands end at their context's deadline),
+// DialerRetries: 1 and MaxRetries: -1 (Redlock retries whole attempts
+// itself; a SET retried after its reply was lost reads as a refusal).
 //
 // NewRedlock does not fail: a nil client, an even count or fewer than 3,
 // or an invalid option is reported, as an error matching
@@ -87,9 +89,12 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
 	defer cancel()
-	srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl}
 	var w waiter
 	for {
+		// A fresh owner for each attempt: a late command of an attempt
+		// given up (its clean-up's DEL, a SET that timed out) cannot touch
+		// the keys of the next.
+		srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl}
 		sent := time.Now()
 		granted, answered, err := srv.try(ctx, sent.Add(ttl-drift(ttl)))
 		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
@@ -126,30 +131,68 @@ type majority struct {
 	ttl   time.Duration
 }
 
-// each runs f on every server in parallel and returns how many said yes,
-// how many said no, and the errors of the others.
-func (m *majority) each(ctx context.Context, f func(context.Context, redis.UniversalClient) (bool, error)) (yes, no int, err error) {
-	var mu sync.Mutex
-	var errList []error
+// stepDivisor bounds each server's command to ttl/stepDivisor: a server
+// that stops answering must not hold up an attempt or a renewal for more
+// than a part of the lock's validity (the algorithm's per-instance
+// timeout).
+const stepDivisor = 3
+
+// each runs f on every server in parallel, each bounded by ttl/stepDivisor,
+// and returns how many said yes, how many said no, and the errors of the
+// others. It returns as soon as a majority said yes, and when anyHow is
+// set also as soon as too many said no (or failed) for one to. Commands
+// still out then finish in the background within their bound — a DEL
+// still reaches a slow server — so a server that stops answering costs
+// nothing while a majority answers. A failed acquisition waits for every
+// answer (anyHow false): its clean-up must not overtake a SET still on its
+// way, which would leave the key set until its TTL.
+func (m *majority) each(ctx context.Context, anyHow bool, f func(context.Context, redis.UniversalClient) (bool, error)) (yes, no int, err error) {
+	// The commands are detached from ctx's cancellation (not its
+	// deadline), so that those left behind still arrive.
+	parent := ctx
+	until := time.Now().Add(m.ttl / stepDivisor)
+	if d, ok := parent.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), until)
+	type result struct {
+		server int
+		ok     bool
+		err    error
+	}
+	n := len(m.r.cs)
+	results := make(chan result, n) // the commands left behind never block
 	var wg sync.WaitGroup
 	for i, c := range m.r.cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			ok, err := f(ctx, c)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errList = append(errList, fmt.Errorf("server %d: %w", i, err))
-			case ok:
-				yes++
-			default:
-				no++
-			}
-		}()
+			results <- result{i, ok, err}
+		})
 	}
-	wg.Wait()
+	defer func() {
+		go func() { wg.Wait(); cancel() }() // the commands left behind keep their bound
+	}()
+	var errList []error
+	for range n {
+		var r result
+		select {
+		case r = <-results:
+		case <-parent.Done():
+			errList = append(errList, context.Cause(parent))
+			return yes, no, errors.Join(errList...)
+		}
+		switch {
+		case r.err != nil:
+			errList = append(errList, fmt.Errorf("server %d: %w", r.server, r.err))
+		case r.ok:
+			yes++
+		default:
+			no++
+		}
+		if yes >= m.r.quorum || anyHow && no+len(errList) > n-m.r.quorum {
+			break
+		}
+	}
 	return yes, no, errors.Join(errList...)
 }
 
@@ -158,14 +201,14 @@ func (m *majority) each(ctx context.Context, f func(context.Context, redis.Unive
 func (m *majority) try(ctx context.Context, until time.Time) (granted, answered int, err error) {
 	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	yes, no, err := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+	yes, no, err := m.each(ctx, false, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		return c.SetNX(ctx, m.key, m.owner, m.ttl).Result()
 	})
 	return yes, yes + no, err
 }
 
 func (m *majority) extend(ctx context.Context) (refused bool, err error) {
-	yes, no, err := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+	yes, no, err := m.each(ctx, true, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		n, err := extendScript.Run(ctx, c, []string{m.key}, m.owner, m.ttl.Milliseconds()).Int64()
 		return n == 1, err
 	})
@@ -175,11 +218,11 @@ func (m *majority) extend(ctx context.Context) (refused bool, err error) {
 	case no > len(m.r.cs)-m.r.quorum:
 		return true, nil // a majority can no longer be this holder's
 	}
-	return false, &Error{Op: "hold", Key: m.key, Err: ErrNoQuorum, Cause: err}
+	return false, fmt.Errorf("%w (%d of %d confirmed): %w", ErrNoQuorum, yes, len(m.r.cs), err)
 }
 
 func (m *majority) release(ctx context.Context) (notHeld bool, err error) {
-	yes, no, err := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+	yes, no, err := m.each(ctx, false, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		n, err := releaseScript.Run(ctx, c, []string{m.key}, m.owner).Int64()
 		return n == 1, err
 	})
@@ -189,7 +232,7 @@ func (m *majority) release(ctx context.Context) (notHeld bool, err error) {
 	case no > len(m.r.cs)-m.r.quorum:
 		return true, nil
 	}
-	return false, &Error{Op: "release", Key: m.key, Err: ErrNoQuorum, Cause: err}
+	return false, fmt.Errorf("%w (%d of %d confirmed, %d refused): %w", ErrNoQuorum, yes, len(m.r.cs), no, err)
 }
 
 func (m *majority) cleanUp() {
