@@ -123,6 +123,21 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 	}
 }
 
+// retakeScript extends the key where it is still the owner's, and sets it
+// again where it is gone (a server that missed renewals while paused or
+// unreachable, or restarted): safe, because the extension counts only
+// while the lock is trusted, so a majority has held the owner's key
+// without a gap and no one else can hold one.
+var retakeScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not v and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+return 0`)
+
 // majority is a lock held on a majority of a Redlock's servers.
 type majority struct {
 	r     *Redlock
@@ -209,7 +224,7 @@ func (m *majority) try(ctx context.Context, until time.Time) (granted, answered 
 
 func (m *majority) extend(ctx context.Context) (refused bool, err error) {
 	yes, no, err := m.each(ctx, true, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
-		n, err := extendScript.Run(ctx, c, []string{m.key}, m.owner, m.ttl.Milliseconds()).Int64()
+		n, err := retakeScript.Run(ctx, c, []string{m.key}, m.owner, m.ttl.Milliseconds()).Int64()
 		return n == 1, err
 	})
 	switch {
