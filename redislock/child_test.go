@@ -1,8 +1,225 @@
 package redislock_test
 
-import "fmt"
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/versioned"
+)
+
+// Worker processes: the test binary run again with childEnv set to a role.
+// They report on stdout, one "RESULT …" line at the end.
 
 func runChild(role string) int {
+	switch role {
+	case "exclusion":
+		return exclusionChild()
+	case "paused":
+		return pausedChild()
+	}
 	fmt.Println("unknown role", role)
 	return 2
+}
+
+// childAcquirer opens clients of REDIS_ADDRS (comma-separated): one server
+// is a Locker, several a Redlock.
+func childAcquirer() (sqlock.Acquirer, func(), error) {
+	addrs := strings.Split(os.Getenv("REDIS_ADDRS"), ",")
+	ttl, err := time.ParseDuration(os.Getenv("REDIS_TTL"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cs := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		cs[i] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
+	}
+	closeAll := func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	if len(cs) == 1 {
+		return redislock.New(cs[0], redislock.WithTimeout(time.Minute)).Acquirer(ttl), closeAll, nil
+	}
+	return redislock.NewRedlock(cs, redislock.WithTimeout(time.Minute)).Acquirer(ttl), closeAll, nil
+}
+
+// exclusionChild runs REDIS_GOROUTINES goroutines × REDIS_N critical
+// sections on REDIS_KEYS lock names. A section enters by marking its key's
+// PostgreSQL row as held by itself, only if no one holds it (and, for a
+// fenced lock, only if the row's last token is smaller than its own), and
+// leaves by clearing the mark (only if it is still its own) and counting
+// itself. An overlap, or a token not greater than an earlier holder's, makes
+// an enter or exit match no row.
+func exclusionChild() int {
+	locks, closeAll, err := childAcquirer()
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer closeAll()
+	db, err := sql.Open("pgx", os.Getenv("REDIS_DSN"))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer db.Close()
+	db.SetMaxIdleConns(16)
+	n, _ := strconv.Atoi(os.Getenv("REDIS_N"))
+	goroutines, _ := strconv.Atoi(os.Getenv("REDIS_GOROUTINES"))
+	keys, _ := strconv.Atoi(os.Getenv("REDIS_KEYS"))
+	proc := os.Getenv("REDIS_PROC")
+	ctx := context.Background()
+	var mu sync.Mutex
+	var sections, overlaps, errs, lost int
+	var firstErr error
+	fail := func(overlap bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if overlap {
+			overlaps++
+		} else {
+			errs++
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	exec := func(q string, args ...any) (int64, error) {
+		r, err := db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return r.RowsAffected()
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			me := fmt.Sprintf("%s/%d", proc, g)
+			for range n {
+				k := rand.IntN(keys)
+				l, err := locks.Acquire(ctx, "excl:"+strconv.Itoa(k))
+				if err != nil {
+					fail(false, err)
+					continue
+				}
+				var rows int64
+				if f, ok := l.(sqlock.Fenced); ok {
+					rows, err = exec(`UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, f.Token(), k)
+				} else {
+					rows, err = exec(`UPDATE excl SET holder = $1 WHERE k = $2 AND holder IS NULL`, me, k)
+				}
+				if err == nil && rows != 1 {
+					err = errOverlap
+				}
+				if err == nil {
+					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // the work
+					rows, err = exec(`UPDATE excl SET holder = NULL, n = n + 1 WHERE k = $1 AND holder = $2`, k, me)
+					if err == nil && rows != 1 {
+						err = errOverlap
+					}
+				}
+				if l.Err() != nil {
+					// Lost under load — and reported. Only an overlap or an
+					// unreported loss breaks the promise.
+					mu.Lock()
+					lost++
+					mu.Unlock()
+				}
+				rerr := l.Release(ctx)
+				if errors.Is(rerr, redislock.ErrNotHeld) && l.Err() != nil {
+					rerr = nil
+				}
+				if err == nil && rerr != nil {
+					err = rerr
+				}
+				if err != nil {
+					fail(errors.Is(err, errOverlap), err)
+					continue
+				}
+				mu.Lock()
+				sections++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		fmt.Println("first error:", firstErr)
+	}
+	fmt.Printf("RESULT sections=%d overlaps=%d errors=%d lost=%d\n", sections, overlaps, errs, lost)
+	return 0
+}
+
+var errOverlap = errors.New("overlap: the section's row was not as a sole holder leaves it")
+
+// pausedChild acquires REDIS_NAME on the one server of REDIS_ADDRS, says
+// "ACQUIRED <token>", and waits for a line on stdin (the parent stops it
+// with SIGSTOP before sending it, and continues it after). Then, as a
+// holder that slept through its TTL would, it writes the register with a
+// fenced versioned update made with the lock's Context. It reports whether
+// Lost had fired before it tried, what the write did, and what Release
+// said.
+func pausedChild() int {
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDRS")})
+	defer c.Close()
+	ttl, _ := time.ParseDuration(os.Getenv("REDIS_TTL"))
+	ctx := context.Background()
+	l, err := redislock.New(c).Acquire(ctx, os.Getenv("REDIS_NAME"), ttl)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	fmt.Printf("ACQUIRED %d\n", l.Token())
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	lost := false
+	select {
+	case <-l.Lost():
+		lost = true
+	default:
+	}
+	db, err := sql.Open("pgx", os.Getenv("REDIS_DSN"))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer db.Close()
+	write := "nil"
+	if err := fencedWrite(ctx, db, "paused holder", l.Token()); errors.Is(err, versioned.ErrFenced) {
+		write = "ErrFenced"
+	} else if err != nil {
+		write = strconv.Quote(err.Error())
+	}
+	relErr := l.Release(ctx)
+	fmt.Printf("RESULT lost=%t write=%s release=%t\n", lost, write, errors.Is(relErr, redislock.ErrNotHeld))
+	return 0
+}
+
+// register is the row the paused-holder test writes: a versioned, fenced
+// register.
+var register = versioned.MustTable("register")
+
+// fencedWrite reads the register's version and writes value with token
+// as its fence: refused with versioned.ErrFenced once a larger token has
+// written.
+func fencedWrite(ctx context.Context, db *sql.DB, value string, token int64) error {
+	var version int64
+	if err := db.QueryRowContext(ctx, `SELECT version FROM register WHERE id = 1`).Scan(&version); err != nil {
+		return err
+	}
+	_, err := versioned.Update(ctx, db, register, 1, version, versioned.Set("value", value), versioned.Fence("fence", token))
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
 
 	"github.com/sqlock/sqlock/internal/pgtest"
