@@ -1,0 +1,129 @@
+package redislock_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/redislock"
+)
+
+// countingClient is a one-connection client of s that counts the writes
+// its connection makes to the server: with no pipelining, one write per
+// round trip.
+func countingClient(tb testing.TB, s *redistest.Server) (*redis.Client, *atomic.Int64) {
+	var writes atomic.Int64
+	c := s.Client(tb, func(o *redis.Options) {
+		o.PoolSize, o.MinIdleConns = 1, 1
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{conn, &writes}, nil
+		}
+	})
+	return c, &writes
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// BenchmarkAcquireRelease: TryAcquire + Release on one server against the
+// same two scripts sent by hand (EVALSHA) on the same connection,
+// interleaved so that both are measured in the same run under the same
+// load. It reports each one's time and round trips per operation and the
+// package's time over the hand-written one's.
+func BenchmarkAcquireRelease(b *testing.B) {
+	s := redistest.New(b, redistest.Options{})
+	c, writes := countingClient(b, s)
+	lk := redislock.New(c)
+	acquire, release := redislock.Scripts()
+	ctx := context.Background()
+	keys := []string{"bench", "bench" + redislock.FenceSuffix}
+	owner := "0123456789abcdef0123456789abcdef"
+	pkg := func() {
+		l, err := lk.TryAcquire(ctx, "bench", time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	hand := func() {
+		if err := c.EvalSha(ctx, acquire, keys, owner, 1000).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if n, err := c.EvalSha(ctx, release, keys[:1], owner).Int64(); err != nil || n != 1 {
+			b.Fatal(n, err)
+		}
+	}
+	pkg()
+	hand() // warm: the scripts are loaded, the connection open
+	var tp, th time.Duration
+	var wp, wh int64
+	b.ResetTimer()
+	for range b.N {
+		w0, t0 := writes.Load(), time.Now()
+		pkg()
+		w1, t1 := writes.Load(), time.Now()
+		hand()
+		w2, t2 := writes.Load(), time.Now()
+		tp, th = tp+t1.Sub(t0), th+t2.Sub(t1)
+		wp, wh = wp+w1-w0, wh+w2-w1
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tp.Nanoseconds())/n, "redislock-ns/op")
+	b.ReportMetric(float64(th.Nanoseconds())/n, "byhand-ns/op")
+	b.ReportMetric(float64(wp)/n, "redislock-roundtrips/op")
+	b.ReportMetric(float64(wh)/n, "byhand-roundtrips/op")
+	b.ReportMetric(float64(th)/float64(tp), "byhand/redislock")
+}
+
+// BenchmarkRedlockAcquire: the time TryAcquire takes on a Redlock of 5
+// servers against a single server's, interleaved in the same run; the
+// fan-out is parallel, so the ratio stays near 1.
+func BenchmarkRedlockAcquire(b *testing.B) {
+	servers := redistest.NewN(b, 5, redistest.Options{})
+	single := redislock.New(servers[0].Client(b, nil))
+	r := redislock.NewRedlock(clients(b, servers))
+	ctx := context.Background()
+	var ts, tr time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		key := "bench" + strconv.Itoa(i%2)
+		t0 := time.Now()
+		l, err := single.TryAcquire(ctx, key, time.Second)
+		ts += time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(ctx)
+		t0 = time.Now()
+		rl, err := r.TryAcquire(ctx, "r"+key, time.Second)
+		tr += time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rl.Release(ctx)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(ts.Nanoseconds())/n, "single-acquire-ns/op")
+	b.ReportMetric(float64(tr.Nanoseconds())/n, "redlock5-acquire-ns/op")
+	b.ReportMetric(float64(tr)/float64(ts), "redlock5/single")
+}
