@@ -2,12 +2,14 @@ package redislock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -22,6 +24,22 @@ func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{}) // the fault tests make go-redis log every refused dial
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
+	}
+	// The examples connect to REDIS_ADDR and REDLOCK_ADDRS, as a program
+	// would. The servers are gone with the test binary (their watchdogs
+	// see the pipe close).
+	if os.Getenv("REDIS_ADDR") == "" {
+		var addrs []string
+		for range 3 {
+			s, err := redistest.Start(context.Background(), redistest.Options{})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			addrs = append(addrs, s.Addr)
+		}
+		os.Setenv("REDIS_ADDR", addrs[0])
+		os.Setenv("REDLOCK_ADDRS", strings.Join(addrs, ","))
 	}
 	pgtest.Main(m)
 }
