@@ -187,4 +187,3 @@ func (c *countingConn) Read(b []byte) (int, error) {
 	c.w.mu.Unlock()
 	return n, err
 }
-
