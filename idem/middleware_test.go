@@ -349,4 +349,3 @@ func TestMiddlewareFailuresLeaveKeyFree(t *testing.T) {
 		t.Fatalf("replay: %s, %d runs", w.Body, runs.Load())
 	}
 }
-
