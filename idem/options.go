@@ -23,6 +23,7 @@ type config struct {
 	retention time.Duration
 	codec     Codec
 	batch     int
+	onBatch   func(deleted int64, took time.Duration) // tests: each sweep statement's server time
 
 	// Middleware only.
 	header   string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -23,28 +24,37 @@ func Sweep[DB Handle](ctx context.Context, db DB, opts ...Option) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	q := fmt.Sprintf(`DELETE FROM %[1]s t USING (
-  SELECT scope, key FROM %[1]s WHERE expires_at <= clock_timestamp()
-  LIMIT %[2]d FOR UPDATE SKIP LOCKED
-) d WHERE t.scope = d.scope AND t.key = d.key`, c.table, c.batch)
+	// The statement also reports how long it ran on the server (the rows
+	// it deleted stay locked from then until its commit, right after).
+	// One statement per batch: the oldest expired rows, found through the
+	// expires_at index (statement_timestamp() is stable, so the index can
+	// be used), locked skipping rows others hold, deleted by their tuple
+	// ids. It also reports how long it ran on the server: the rows it
+	// deleted stay locked from then until its commit, right after.
+	q := fmt.Sprintf(`WITH d AS (
+  DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
+    SELECT ctid FROM %[1]s WHERE expires_at <= statement_timestamp()
+    ORDER BY expires_at LIMIT %[2]d FOR UPDATE SKIP LOCKED))
+  RETURNING 1
+)
+SELECT count(*), (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::bigint FROM d`, c.table, c.batch)
 	var exec func() (int64, error)
+	batch := func(scan func(dest ...any) error) (int64, error) {
+		var n, micros int64
+		err := scan(&n, &micros)
+		if err == nil && c.onBatch != nil {
+			c.onBatch(n, time.Duration(micros)*time.Microsecond)
+		}
+		return n, err
+	}
 	switch h := any(db).(type) {
 	case *sql.DB:
 		if h != nil {
-			exec = func() (int64, error) {
-				r, err := h.ExecContext(ctx, q)
-				if err != nil {
-					return 0, err
-				}
-				return r.RowsAffected()
-			}
+			exec = func() (int64, error) { return batch(h.QueryRowContext(ctx, q).Scan) }
 		}
 	case *pgxpool.Pool:
 		if h != nil {
-			exec = func() (int64, error) {
-				t, err := h.Exec(ctx, q)
-				return t.RowsAffected(), err
-			}
+			exec = func() (int64, error) { return batch(h.QueryRow(ctx, q).Scan) }
 		}
 	}
 	if exec == nil {
