@@ -42,6 +42,8 @@ func runChild(role string) int {
 		return onceChild(func(goroutines int) []string { return onceHTTP(pool, goroutines) })
 	case "killed":
 		return killedChild(ctx, pool)
+	case "phased":
+		return phasedChild(ctx, pool)
 	}
 	fmt.Println("unknown role", role)
 	return 2

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
@@ -57,29 +54,7 @@ func Middleware[DB Handle](db DB, opts ...Option) (func(http.Handler) http.Handl
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{cfg: c, st: buildStatements(c.table)}
-	switch h := any(db).(type) {
-	case *sql.DB:
-		if h != nil {
-			m.begin = func(ctx context.Context) (txConn, any, func() error, error) {
-				tx, err := h.BeginTx(ctx, nil)
-				if err != nil {
-					return nil, nil, nil, err
-				}
-				return sqlTx{tx}, tx, tx.Commit, nil
-			}
-		}
-	case *pgxpool.Pool:
-		if h != nil {
-			m.begin = func(ctx context.Context) (txConn, any, func() error, error) {
-				tx, err := h.Begin(ctx)
-				if err != nil {
-					return nil, nil, nil, err
-				}
-				return pgxTx{tx}, tx, func() error { return tx.Commit(ctx) }, nil
-			}
-		}
-	}
+	m := &middleware{cfg: c, st: buildStatements(c.table), begin: beginner(db)}
 	if m.begin == nil {
 		return nil, errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
 	}
@@ -104,7 +79,7 @@ func TxFrom[T any](ctx context.Context) (tx T, ok bool) {
 type middleware struct {
 	cfg   config
 	st    statements
-	begin func(ctx context.Context) (conn txConn, tx any, commit func() error, err error)
+	begin beginFunc
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/lease"
 )
 
 // DefaultTable is the table keys live in unless [WithTable] says otherwise.
@@ -23,6 +24,7 @@ type config struct {
 	retention time.Duration
 	codec     Codec
 	batch     int
+	leaseTTL  time.Duration
 	onBatch   func(deleted int64, took time.Duration) // tests: each sweep statement's server time
 
 	// Middleware only.
@@ -42,6 +44,7 @@ func buildConfig(opts []Option) (config, error) {
 		retention: DefaultRetention,
 		codec:     JSON{},
 		batch:     MaxSweepBatch,
+		leaseTTL:  DefaultLeaseTTL,
 		header:    "Idempotency-Key",
 		methods:   map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		maxBody:   1 << 20,
@@ -212,6 +215,19 @@ func WithReplayHeaders(names ...string) Option {
 		for _, n := range names {
 			c.keep = append(c.keep, http.CanonicalHeaderKey(n))
 		}
+		return nil
+	}
+}
+
+// WithLeaseTTL sets the lease a [RunPhases] attempt holds on its key
+// (default [DefaultLeaseTTL]): after a crash, the key is free again this
+// long after the last renewal. It must be at least [lease.MinTTL].
+func WithLeaseTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < lease.MinTTL {
+			return invalid("lease TTL %v: want at least %v", d, lease.MinTTL)
+		}
+		c.leaseTTL = d
 		return nil
 	}
 }

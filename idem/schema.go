@@ -69,6 +69,7 @@ func ddl(t tableName) string {
     key         text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND %[3]d),
     fingerprint bytea       NOT NULL,
     result      bytea,
+    phases      bytea,
     created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at  timestamptz NOT NULL,
     PRIMARY KEY (scope, key)
@@ -116,6 +117,7 @@ func wrapDB(op string, err error) error {
 // the table name (cheap: a few Sprintf).
 type statements struct {
 	claim, claimTry, read, drop, unclaim, store string
+	phaseOpen, phaseRecord                      string
 }
 
 func buildStatements(t tableName) statements {
@@ -148,5 +150,19 @@ FROM %s WHERE scope = $1 AND key = $2`, t),
 		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),
 		unclaim: fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2`, t),
 		store:   fmt.Sprintf(`UPDATE %s SET result = $3 WHERE scope = $1 AND key = $2`, t),
+		// phaseOpen creates a phased key's row, or starts an expired one
+		// over, and returns it; the caller holds the key's lease, so nobody
+		// else writes the row meanwhile (the row is updated even when it
+		// stays the same, so that RETURNING always has it).
+		phaseOpen: fmt.Sprintf(`INSERT INTO %s AS t (scope, key, fingerprint, phases, expires_at)
+VALUES ($1, $2, $3, '', clock_timestamp() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, key) DO UPDATE SET
+  fingerprint = CASE WHEN t.expires_at <= clock_timestamp() THEN excluded.fingerprint ELSE t.fingerprint END,
+  result      = CASE WHEN t.expires_at <= clock_timestamp() THEN NULL ELSE t.result END,
+  phases      = CASE WHEN t.expires_at <= clock_timestamp() THEN ''::bytea ELSE t.phases END,
+  expires_at  = CASE WHEN t.expires_at <= clock_timestamp() THEN excluded.expires_at ELSE t.expires_at END
+RETURNING fingerprint, coalesce(result, ''), result IS NULL, phases IS NULL, coalesce(phases, '')`, t),
+		phaseRecord: fmt.Sprintf(`UPDATE %s SET phases = $3, result = $4,
+  expires_at = clock_timestamp() + $5::bigint * interval '1 microsecond' WHERE scope = $1 AND key = $2`, t),
 	}
 }
