@@ -349,3 +349,34 @@ func TestMiddlewareFailuresLeaveKeyFree(t *testing.T) {
 		t.Fatalf("replay: %s, %d runs", w.Body, runs.Load())
 	}
 }
+
+// TestMiddlewareOptions: another header name and methods, a fingerprint
+// that ignores the body, and more headers kept for replays.
+func TestMiddlewareOptions(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	s := newServer(t, db, true,
+		idem.WithHeader("x-request-key"), idem.WithMethods(http.MethodPut),
+		idem.WithFingerprint(func(r *http.Request, _ []byte) []byte { return []byte(r.URL.Path) }),
+		idem.WithReplayHeaders("Location", "X-Not-Kept"))
+	send := func(method, body string) response {
+		req, _ := http.NewRequest(method, s.URL+"/charges", strings.NewReader(body))
+		req.Header.Set("X-Request-Key", "k")
+		res, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return response{res.StatusCode, res.Header, string(b)}
+	}
+	first := send(http.MethodPut, "a")
+	again := send(http.MethodPut, "b") // same fingerprint: the body is not part of it
+	if first.status != http.StatusCreated || again.body != first.body || again.header.Get("X-Not-Kept") != "1" ||
+		again.header.Get("Content-Type") == "application/json" || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first %+v, again %+v", first, again)
+	}
+	if r := send(http.MethodPost, "c"); r.header.Get("Idempotent-Replayed") != "" || s.runs.Load() != 2 {
+		t.Fatalf("POST is not among the methods: %+v, %d runs", r, s.runs.Load())
+	}
+}
