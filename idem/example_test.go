@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlock/sqlock/idem"
+	"github.com/sqlock/sqlock/lease"
 )
 
 // The examples use a table of their own, so they leave nothing in the way
@@ -287,4 +288,50 @@ func ExampleSweep() {
 	n, err := idem.Sweep(ctx, pool, exampleTable, idem.WithBatch(500))
 	fmt.Println(n >= 1, err)
 	// Output: true <nil>
+}
+
+// RunPhases for work outside the database: each phase's completion is
+// recorded under a lease on the key, and each phase gets a key to forward
+// to the provider. A second run (a retry after a lost response, or after a
+// crash, which resumes at the first phase not recorded) calls nothing
+// that completed.
+func ExampleRunPhases() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	if err := lease.Migrate(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	leases := lease.New(pool)
+	calls := 0
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++ // a real provider deduplicates on r.Header.Get("Idempotency-Key")
+		fmt.Fprintf(w, "ch_%d", calls)
+	}))
+	defer provider.Close()
+	charge := func(ctx context.Context, forward string, done [][]byte) ([]byte, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, provider.URL+"/charges", nil)
+		req.Header.Set("Idempotency-Key", forward)
+		res, err := provider.Client().Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer res.Body.Close()
+		return io.ReadAll(res.Body)
+	}
+	ship := func(ctx context.Context, _ string, done [][]byte) ([]byte, error) {
+		return []byte("shipped after " + string(done[0])), nil
+	}
+	key := exampleKey("order-99")
+	for range 2 {
+		out, err := idem.RunPhases(ctx, pool, leases, "customer-42", key, []byte("order 99"),
+			[]idem.Phase{{Name: "charge", Run: charge}, {Name: "ship", Run: ship}}, exampleTable)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s; provider called %d time(s)\n", out[1], calls)
+	}
+	// Output:
+	// shipped after ch_1; provider called 1 time(s)
+	// shipped after ch_1; provider called 1 time(s)
 }
