@@ -54,22 +54,6 @@ func (l *Lease) BeginGuarded(ctx context.Context, db interface {
 	return tx, nil
 }
 
-// localGuardError is Guard's refusal of a lease that is released or
-// locally lost, nil otherwise.
-func (l *Lease) localGuardError() error {
-	l.checkDeadline()
-	l.mu.Lock()
-	released, lostErr := l.released, l.lostErr
-	l.mu.Unlock()
-	switch {
-	case released:
-		return &Error{Op: "guard", Name: l.name, Err: ErrNotHeld, Cause: errors.New("already released")}
-	case lostErr != nil:
-		return &Error{Op: "guard", Name: l.name, Err: ErrLost, Cause: lostErr}
-	}
-	return nil
-}
-
 // isNilDB reports whether db is nil or a nil *sql.DB or *sql.Conn.
 func isNilDB(db any) bool {
 	switch d := db.(type) {

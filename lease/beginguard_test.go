@@ -314,7 +314,7 @@ func TestGuardedTransactionCostsTheRoundTripsOfAnUnguardedOne(t *testing.T) {
 // BenchmarkGuardedBegin: a transaction of one UPDATE, guarded against the
 // same transaction unguarded, interleaved: on database/sql through
 // txlock.OpenDB with BeginGuarded, and on pgx with QueueGuard in the batch
-// that begins the transaction.
+// that begins the transaction. The UPDATE is sent the same way in both.
 func BenchmarkGuardedBegin(b *testing.B) {
 	db := newDB(b)
 	db.Exec(`CREATE TABLE counter (id int PRIMARY KEY, n bigint NOT NULL)`)

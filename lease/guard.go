@@ -96,6 +96,22 @@ func (l *Lease) QueueGuard(b *pgx.Batch) {
 	})
 }
 
+// localGuardError is Guard's refusal of a lease that is released or
+// locally lost, nil otherwise.
+func (l *Lease) localGuardError() error {
+	l.checkDeadline()
+	l.mu.Lock()
+	released, lostErr := l.released, l.lostErr
+	l.mu.Unlock()
+	switch {
+	case released:
+		return &Error{Op: "guard", Name: l.name, Err: ErrNotHeld, Cause: errors.New("already released")}
+	case lostErr != nil:
+		return &Error{Op: "guard", Name: l.name, Err: ErrLost, Cause: lostErr}
+	}
+	return nil
+}
+
 func (l *Lease) isReleasedOrLost() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
