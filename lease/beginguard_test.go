@@ -315,7 +315,16 @@ func TestGuardedTransactionCostsTheRoundTripsOfAnUnguardedOne(t *testing.T) {
 // same transaction unguarded, interleaved: on database/sql through
 // txlock.OpenDB with BeginGuarded, and on pgx with QueueGuard in the batch
 // that begins the transaction. The UPDATE is sent the same way in both.
+// Over loopback, and with network latency added to every round trip (a
+// sleep of 250 µs, which a busy machine stretches: the latency added is
+// reported as lag-µs/roundtrip).
 func BenchmarkGuardedBegin(b *testing.B) {
+	for _, lag := range []time.Duration{0, 250 * time.Microsecond} {
+		b.Run("lag-"+lag.String(), func(b *testing.B) { benchGuardedBegin(b, lag) })
+	}
+}
+
+func benchGuardedBegin(b *testing.B, lag time.Duration) {
 	db := newDB(b)
 	db.Exec(`CREATE TABLE counter (id int PRIMARY KEY, n bigint NOT NULL)`)
 	db.Exec(`INSERT INTO counter VALUES (1, 0)`)
@@ -326,13 +335,20 @@ func BenchmarkGuardedBegin(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Release(ctx)
-	var writes atomic.Int64
+	var writes, lagged, lags atomic.Int64
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return countingConn{c, &writes}, nil
+		return &lagConn{Conn: countingConn{c, &writes}, lag: lag, total: &lagged, n: &lags}, nil
+	}
+	reportLag := func(b *testing.B) {
+		if n := lags.Load(); n > 0 {
+			b.ReportMetric(float64(lagged.Load())/float64(n)/1e3, "lag-µs/roundtrip")
+		}
+		lagged.Store(0)
+		lags.Store(0)
 	}
 	const update = `UPDATE counter SET n = n + 1 WHERE id = 1`
 	must := func(err error) {
@@ -359,6 +375,7 @@ func BenchmarkGuardedBegin(b *testing.B) {
 		interleave(b, &writes,
 			"guarded", run(func() (*sql.Tx, error) { return l.BeginGuarded(ctx, h, nil) }),
 			"plain", run(func() (*sql.Tx, error) { return h.BeginTx(ctx, nil) }))
+		reportLag(b)
 	})
 	b.Run("pgx-QueueGuard-with-BEGIN", func(b *testing.B) {
 		cfg, err := pgxpool.ParseConfig(db.DSN)
@@ -386,7 +403,32 @@ func BenchmarkGuardedBegin(b *testing.B) {
 			must(err)
 			must(tx.Commit(ctx))
 		})
+		reportLag(b)
 	})
+}
+
+// lagConn adds lag to every round trip: the first read after a write
+// waits that long first, as if the network were that much farther.
+type lagConn struct {
+	net.Conn
+	lag      time.Duration
+	total, n *atomic.Int64 // the lag added (ns) and the round trips it was added to
+	wrote    atomic.Bool
+}
+
+func (c *lagConn) Write(b []byte) (int, error) {
+	c.wrote.Store(true)
+	return c.Conn.Write(b)
+}
+
+func (c *lagConn) Read(b []byte) (int, error) {
+	if c.wrote.Swap(false) && c.lag > 0 {
+		t := time.Now()
+		time.Sleep(c.lag)
+		c.total.Add(int64(time.Since(t)))
+		c.n.Add(1)
+	}
+	return c.Conn.Read(b)
 }
 
 // wire counts round trips on the connections dialled through it, two ways
