@@ -378,6 +378,8 @@ func (f *flow) write() {
 	defer p.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var precise sleeper
+	defer precise.close()
 	for {
 		var ch chunk
 		select {
@@ -385,7 +387,7 @@ func (f *flow) write() {
 		case <-f.c.done:
 			return
 		}
-		if !sleepUntil(timer, ch.at, f.c.done) || !p.waitOpen(f.c.done) {
+		if !sleepUntil(timer, &precise, ch.at, f.c.done) || !p.waitOpen(f.c.done) {
 			return
 		}
 		if ch.eof {
@@ -409,15 +411,15 @@ func (f *flow) endWrite() {
 	f.c.close()
 }
 
-// preciseBelow is the wait below which sleepUntil sleeps in the kernel:
-// the runtime's timers wake no sooner than about a millisecond after they
-// are set when the process is otherwise idle, which would turn a 0.25 ms
-// delay into 1 ms.
+// preciseBelow is the wait below which sleepUntil uses a sleeper: the
+// runtime's timers wake no sooner than about a millisecond after they are
+// set when the process is otherwise idle, which would turn a 0.25 ms delay
+// into 1 ms.
 const preciseBelow = 2 * time.Millisecond
 
 // sleepUntil waits until t; false if done ended first. The last
 // preciseBelow of the wait is not interrupted by done.
-func sleepUntil(timer *time.Timer, t time.Time, done <-chan struct{}) bool {
+func sleepUntil(timer *time.Timer, precise *sleeper, t time.Time, done <-chan struct{}) bool {
 	if d := time.Until(t) - preciseBelow; d > 0 {
 		timer.Reset(d)
 		select {
@@ -427,7 +429,7 @@ func sleepUntil(timer *time.Timer, t time.Time, done <-chan struct{}) bool {
 		}
 	}
 	for d := time.Until(t); d > 0; d = time.Until(t) {
-		preciseSleep(d)
+		precise.sleep(d)
 	}
 	return true
 }

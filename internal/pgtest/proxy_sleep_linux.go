@@ -1,21 +1,48 @@
 package pgtest
 
 import (
-	"runtime"
+	"os"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
-// prSetTimerSlack is prctl's PR_SET_TIMERSLACK.
-const prSetTimerSlack = 29
+// sleeper waits short times precisely: on Linux with a timerfd read through
+// the runtime's poller, which wakes when the kernel's high-resolution timer
+// fires (a 250 µs wait takes about 260 µs) and holds no thread while it
+// waits. The runtime's own timers wake no sooner than about a millisecond
+// after they are set when the process is otherwise idle.
+type sleeper struct {
+	f  *os.File // nil until the first sleep, or when timerfd is unavailable
+	fd uintptr
+}
 
-// preciseSleep sleeps about d in the kernel, on a thread whose timer slack
-// is 1 ns (Linux adds 50 µs by default): a 250 µs sleep takes about 270 µs
-// instead of the runtime timers' 1 ms.
-func preciseSleep(d time.Duration) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, 1, 0)
-	ts := syscall.NsecToTimespec(int64(d))
-	syscall.Nanosleep(&ts, nil) // woken early (EINTR), the caller sleeps again
+type itimerspec struct{ interval, value syscall.Timespec }
+
+func (s *sleeper) sleep(d time.Duration) {
+	if s.f == nil {
+		fd, _, errno := syscall.Syscall(syscall.SYS_TIMERFD_CREATE, 1, // CLOCK_MONOTONIC
+			syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if errno != 0 {
+			time.Sleep(d)
+			return
+		}
+		s.f, s.fd = os.NewFile(fd, "timerfd"), fd
+	}
+	spec := itimerspec{value: syscall.NsecToTimespec(int64(d))}
+	if _, _, errno := syscall.Syscall6(syscall.SYS_TIMERFD_SETTIME, s.fd, 0,
+		uintptr(unsafe.Pointer(&spec)), 0, 0, 0); errno != 0 {
+		time.Sleep(d)
+		return
+	}
+	var expirations [8]byte
+	if _, err := s.f.Read(expirations[:]); err != nil {
+		time.Sleep(d)
+	}
+}
+
+func (s *sleeper) close() {
+	if s.f != nil {
+		s.f.Close()
+	}
 }

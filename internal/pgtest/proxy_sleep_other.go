@@ -4,6 +4,9 @@ package pgtest
 
 import "time"
 
-// preciseSleep sleeps about d (at the runtime timers' resolution outside
+// sleeper waits short times (at the runtime timers' resolution outside
 // Linux).
-func preciseSleep(d time.Duration) { time.Sleep(d) }
+type sleeper struct{}
+
+func (*sleeper) sleep(d time.Duration) { time.Sleep(d) }
+func (*sleeper) close()                {}
