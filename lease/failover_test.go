@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -45,7 +46,10 @@ type failoverOutcome struct {
 	lostReported          int // sections refused by the guard with ErrLost (reported, nothing written)
 	survivor              string
 	failoverTook          time.Duration
-	errors                int // transient errors (connection refused, read-only, broken connection)
+	lagBytes              int64                 // the standby's lag sampled just before the kill
+	history               []porcupine.Operation // the register's history (startHistory), across the failover
+	historyUnknown        int                   // operations of unknown outcome in it
+	errors                int                   // transient errors (connection refused, read-only, broken connection)
 }
 
 // failoverWorkload: 6 goroutines on two Managers (a pgxpool and a
@@ -57,7 +61,8 @@ type failoverOutcome struct {
 // loop. After at least 40 grants the primary is stopped hard (SIGQUIT)
 // and the standby promoted; the pools reconnect by themselves (target_session_attrs=read-write); the
 // run goes on until 40 grants more. A survivor lease with a long TTL is
-// held across the failover, renewing.
+// held across the failover, renewing. The clients of startHistory run
+// beside them, 20 rounds before the failover and 20 after.
 func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 	db := r.NewDB(t)
 	ctx := context.Background()
@@ -70,6 +75,7 @@ func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 	if err := r.WaitReplay(ctx); err != nil {
 		t.Fatal(err)
 	}
+	h := startHistory(t, db) // its clients run beside the workers, on a lease of their own
 	ttl := max(500*time.Millisecond, 50*db.Latency())
 	pool := openPool(t, db.DSN)
 	managers := []*lease.Manager{lease.New(pool), lease.New(openSQL(t, "pgx", db.DSN))}
@@ -184,6 +190,12 @@ func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 		}()
 	}
 	waitFor(t, "40 grants before the failover", func() bool { return nBefore.Load() >= 40 })
+	h.waitRounds(t, 20)
+	lag, err := r.Lag(ctx)
+	if err != nil {
+		t.Log(err)
+	}
+	out.lagBytes = lag
 	mu.Lock()
 	killStart = time.Now()
 	mu.Unlock()
@@ -191,13 +203,16 @@ func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 	if err := r.Failover(ctx); err != nil {
 		close(stop)
 		wg.Wait()
+		h.finish()
 		t.Fatal(err)
 	}
 	killed = time.Now()
 	phase.Store(2)
 	waitFor(t, "40 grants after the failover", func() bool { return nAfter.Load() >= 40 })
+	h.waitRounds(t, 20)
 	close(stop)
 	wg.Wait()
+	out.history, out.historyUnknown = h.finish()
 	out.failoverTook = killed.Sub(killStart)
 
 	// The survivor renews on the new primary if its TTL outlasted the
@@ -276,10 +291,10 @@ func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 }
 
 func (o failoverOutcome) String() string {
-	return fmt.Sprintf("failover in %v; %d grants (%d surely before, %d surely after); token repeats %d, tokens not above the old primary's %d, "+
+	return fmt.Sprintf("standby %d bytes behind at the kill; failover in %v; %d grants (%d surely before, %d surely after); token repeats %d, tokens not above the old primary's %d, "+
 		"leases granted twice %d; database: overlaps %d, tokens not increasing %d; guarded writes confirmed %d, lost %d, unknown outcome %d; "+
 		"refused by the guard (reported) %d; transient errors %d; survivor: %s",
-		o.failoverTook.Round(time.Millisecond), len(o.grants), o.before, o.after, o.tokenRepeats, o.backwards,
+		o.lagBytes, o.failoverTook.Round(time.Millisecond), len(o.grants), o.before, o.after, o.tokenRepeats, o.backwards,
 		o.doubleGrants, o.dbOverlaps, o.dbNotUp, o.confirmed, o.lostWrites, o.unknownWrites, o.lostReported, o.errors, o.survivor)
 }
 
@@ -289,7 +304,10 @@ func (o failoverOutcome) String() string {
 // holders trust a lease at once, no two sections overlap in the database),
 // tokens stay unique and increase across the failover, no guarded write
 // whose commit returned is lost, and a lease held across the failover with
-// a TTL longer than it renews on the new primary.
+// a TTL longer than it renews on the new primary. A history of acquire,
+// guarded fenced write, read and release recorded by other clients across
+// the same failover (startHistory; operations cut off by it of unknown
+// outcome) is linearizable against a lock guarding a fenced register.
 func TestFailoverWithSynchronousReplicationGrantsNoLeaseTwice(t *testing.T) {
 	leakCheck(t)
 	r := pgtest.NewReplicaSet(t, pgtest.ReplicaOptions{Synchronous: true})
@@ -304,15 +322,25 @@ func TestFailoverWithSynchronousReplicationGrantsNoLeaseTwice(t *testing.T) {
 	if o.survivor != "renewed on the new primary, guarded write committed" {
 		t.Fatalf("the lease held across the failover: %s", o.survivor)
 	}
+	res, info := porcupine.CheckOperationsVerbose(faultModel(), o.history, 60*time.Second)
+	if res != porcupine.Ok {
+		if res == porcupine.Illegal {
+			t.Log(describeHistory(info))
+		}
+		t.Fatalf("history of %d operations (%d of unknown outcome) across the failover: %v", len(o.history), o.historyUnknown, res)
+	}
+	t.Logf("history of %d operations (%d of unknown outcome) across the failover: linearizable", len(o.history), o.historyUnknown)
 }
 
 // TestFailoverWithAsynchronousReplicationMeasuresTheWindow runs the same
 // workload on an asynchronous standby and reports what the failover cost:
 // token repeats, tokens not above the old primary's, leases granted twice,
-// confirmed guarded writes lost. Asynchronous replication promises none of
-// these, and how often they happen depends on the standby's lag at the
-// kill, so the test asserts only that the workload ran on both sides;
-// LEASE_FAILOVER_RUNS repeats it (docs/lease.md has the figures).
+// confirmed guarded writes lost; and whether the history recorded across
+// the failover was linearizable. Asynchronous replication promises none of this, and
+// what happens depends on the standby's lag at the kill, so the test
+// asserts only that the workload ran on both sides of the failover and
+// logs the rest; LEASE_FAILOVER_RUNS repeats it (docs/lease.md has the
+// figures).
 func TestFailoverWithAsynchronousReplicationMeasuresTheWindow(t *testing.T) {
 	leakCheck(t)
 	runs := 1
@@ -320,7 +348,7 @@ func TestFailoverWithAsynchronousReplicationMeasuresTheWindow(t *testing.T) {
 		runs = v
 	}
 	var total failoverOutcome
-	affected := 0
+	affected, illegal := 0, 0
 	for i := range runs {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
 			r := pgtest.NewReplicaSet(t, pgtest.ReplicaOptions{})
@@ -335,10 +363,19 @@ func TestFailoverWithAsynchronousReplicationMeasuresTheWindow(t *testing.T) {
 			total.tokenRepeats += o.tokenRepeats
 			total.backwards += o.backwards
 			total.doubleGrants += o.doubleGrants
+			total.dbOverlaps += o.dbOverlaps
+			total.dbNotUp += o.dbNotUp
 			total.lostWrites += o.lostWrites
 			total.confirmed += o.confirmed
+			res := porcupine.CheckOperationsTimeout(faultModel(), o.history, 60*time.Second)
+			if res == porcupine.Illegal {
+				illegal++
+			}
+			t.Logf("history across the failover: %d operations (%d of unknown outcome): %v", len(o.history), o.historyUnknown, res)
 		})
 	}
-	t.Logf("asynchronous replication, %d runs: %d with an anomaly; in all: token repeats %d, tokens not above the old primary's %d, leases granted twice %d, confirmed guarded writes lost %d of %d",
-		runs, affected, total.tokenRepeats, total.backwards, total.doubleGrants, total.lostWrites, total.confirmed)
+	t.Logf("asynchronous replication, %d runs: %d workloads with an anomaly (in all: token repeats %d, tokens not above the old primary's %d, "+
+		"leases granted twice %d, database overlaps %d, tokens not increasing in the database %d, confirmed guarded writes lost %d of %d); "+
+		"%d histories not linearizable",
+		runs, affected, total.tokenRepeats, total.backwards, total.doubleGrants, total.dbOverlaps, total.dbNotUp, total.lostWrites, total.confirmed, illegal)
 }

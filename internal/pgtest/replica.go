@@ -338,6 +338,23 @@ func queryOne(ctx context.Context, dsn, sql string, dest any) error {
 	return conn.QueryRow(ctx, sql).Scan(dest)
 }
 
+// Lag is how far, in bytes, the WAL the standby has confirmed flushing is
+// behind the WAL the primary has written, now: what a hard stop of the
+// primary would lose on an asynchronous standby.
+func (r *ReplicaSet) Lag(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.Primary.adminDSN)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var lag int64
+	err = conn.QueryRow(ctx, `SELECT coalesce(max(pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)), 0)::bigint
+		FROM pg_stat_replication WHERE application_name = $1`, standbyName).Scan(&lag)
+	return lag, err
+}
+
 // KillPrimary stops the primary hard — SIGQUIT, PostgreSQL's immediate
 // shutdown (pg_ctl stop -m immediate): every backend and the WAL sender
 // exit at once, clients' connections break, nothing more is sent to the
