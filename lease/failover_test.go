@@ -45,6 +45,9 @@ type failoverOutcome struct {
 	unknownWrites         int // guarded writes whose commit outcome is unknown (the connection died)
 	lostReported          int // sections refused by the guard with ErrLost (reported, nothing written)
 	survivor              string
+	survivorLost          bool
+	survivorMargin        time.Duration // its local deadline at the kill, less the time the new primary took writes
+	slack                 time.Duration // what a renewal needs after the promotion: its retry pause and round trips
 	failoverTook          time.Duration
 	lagBytes              int64                 // the standby's lag sampled just before the kill
 	history               []porcupine.Operation // the register's history (startHistory), across the failover
@@ -81,7 +84,9 @@ func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 	managers := []*lease.Manager{lease.New(pool), lease.New(openSQL(t, "pgx", db.DSN))}
 
 	var out failoverOutcome
-	survivor, err := managers[0].Acquire(ctx, "survivor", max(5*time.Second, 10*ttl))
+	survivorTTL := max(5*time.Second, 10*ttl)
+	out.slack = 500*time.Millisecond + 20*db.Latency()
+	survivor, err := managers[0].Acquire(ctx, "survivor", survivorTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +204,7 @@ func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 	mu.Lock()
 	killStart = time.Now()
 	mu.Unlock()
+	survivorDeadline := survivor.Deadline()
 	phase.Store(1)
 	if err := r.Failover(ctx); err != nil {
 		close(stop)
@@ -216,12 +222,14 @@ func failoverWorkload(t *testing.T, r *pgtest.ReplicaSet) failoverOutcome {
 	out.failoverTook = killed.Sub(killStart)
 
 	// The survivor renews on the new primary if its TTL outlasted the
-	// failover.
-	first := survivor.Deadline()
-	waitFor(t, "the survivor renewed or lost", func() bool {
-		return survivor.Deadline().After(first) && survivor.Deadline().After(killed) || survivor.Err() != nil
+	// failover: a renewal sent after the promotion moves its deadline past
+	// killed + TTL − TTL/10.
+	out.survivorMargin = survivorDeadline.Sub(killed)
+	waitFor(t, "the survivor renewed on the new primary, or lost", func() bool {
+		return survivor.Deadline().After(killed.Add(survivorTTL-survivorTTL/10)) || survivor.Err() != nil
 	})
 	if survivor.Err() != nil {
+		out.survivorLost = true
 		out.survivor = "lost: " + survivor.Err().Error()
 	} else if rows, err := guarded(survivor, `UPDATE excl SET n = n WHERE k = 'f0'`); err != nil || rows != 1 {
 		out.survivor = fmt.Sprintf("guarded write after the failover: %d rows, %v", rows, err)
@@ -319,8 +327,14 @@ func TestFailoverWithSynchronousReplicationGrantsNoLeaseTwice(t *testing.T) {
 	if o.before < 40 || o.after < 40 || o.confirmed == 0 {
 		t.Fatalf("the workload did not run on both sides of the failover: %v", o)
 	}
-	if o.survivor != "renewed on the new primary, guarded write committed" {
-		t.Fatalf("the lease held across the failover: %s", o.survivor)
+	// Held across the failover, the survivor renews on the new primary if
+	// its deadline left a renewal the time to get through; if not, it is
+	// lost, and reported.
+	switch {
+	case o.survivorLost && o.survivorMargin <= o.slack:
+		t.Logf("the survivor's deadline was %v after the promotion, too close: %s", o.survivorMargin.Round(time.Millisecond), o.survivor)
+	case o.survivor != "renewed on the new primary, guarded write committed":
+		t.Fatalf("the lease held across the failover, with %v left after the promotion: %s", o.survivorMargin.Round(time.Millisecond), o.survivor)
 	}
 	res, info := porcupine.CheckOperationsVerbose(faultModel(), o.history, 60*time.Second)
 	if res != porcupine.Ok {
