@@ -20,4 +20,9 @@
 // changing one constructor — advisory's (*Locker).Acquirer or lease's
 // (*Manager).Acquirer — and every backend's outcomes match [ErrNotAcquired],
 // [ErrTimeout] and [ErrLost].
+//
+// A fencing token travels to the writes it protects in the context
+// ([WithFencingToken], [FencingToken]; a lease's Context puts it there):
+// versioned, sqlxhelpers and gormplugin refuse a write to a row whose
+// lock:"fence" column already holds a larger token.
 package sqlock

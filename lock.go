@@ -35,6 +35,10 @@ type Lock interface {
 //	if f, ok := lk.(sqlock.Fenced); ok {
 //		tok := f.Token() // write it beside the data; refuse smaller ones
 //	}
+//
+// A Fenced lock's Context also carries the token ([WithFencingToken]), so
+// the fenced writes of versioned, sqlxhelpers and gormplugin made with that
+// context check it without another line.
 type Fenced interface {
 	Lock
 	Token() int64

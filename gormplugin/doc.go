@@ -33,6 +33,10 @@
 //     the plugin cannot see, [Resync] puts it back.
 //   - A wrong lock tag fails every write of the model with a
 //     *versioned.TagError, before anything is sent.
+//   - A model with a lock:"fence" field is written fenced with the token
+//     of sqlock.WithFencingToken in the statement's context: a lock holder
+//     whose lock was taken over is refused (versioned.ErrFenced), and a
+//     write with no token is refused before anything is sent.
 //
 // The version column is NOT NULL DEFAULT 1 (a created struct at version 0
 // gets 1); [NullPolicy] says what happens to NULLs already there. The

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/gormplugin"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/versioned"
@@ -193,4 +194,43 @@ func ExampleResync() {
 	// the payment provider refused - struct at version 2
 	// after Resync: version 1
 	// the next write: <nil> 2
+}
+
+// Crate is a fenced model: Fence receives the fencing token of the lock
+// holder that wrote the row.
+type Crate struct {
+	ID      uint
+	Place   string
+	Version int64 `gorm:"not null;default:1" lock:"version"`
+	Fence   int64 `lock:"fence"`
+}
+
+// A model with a lock:"fence" field is written only under a lock: the
+// token comes from the statement's context (here leases' tokens 7 and 8).
+// After the holder with token 8 has written the row, the holder with
+// token 7 — paused past its lease, say — is refused by the row itself.
+func Example_fenced() {
+	db := exampleDB()
+	if err := db.AutoMigrate(&Crate{}); err != nil {
+		panic(err)
+	}
+	c := Crate{Place: "dock"}
+	db.Create(&c)
+	paused := c // the old holder read the row before its lease ran out
+
+	ctx := context.Background()
+	newHolder := db.WithContext(sqlock.WithFencingToken(ctx, 8)) // l.Token() of the new lease
+	err := newHolder.Model(&c).Update("place", "truck").Error
+	fmt.Println("new holder:", err, "- fence", c.Fence)
+
+	oldHolder := db.WithContext(sqlock.WithFencingToken(ctx, 7))
+	err = oldHolder.Model(&paused).Update("place", "ship").Error
+	fmt.Println("old holder fenced:", errors.Is(err, versioned.ErrFenced), "stale:", errors.Is(err, versioned.ErrStale))
+
+	err = db.Model(&c).Update("place", "ship").Error // no token in the context
+	fmt.Println("no token:", errors.Is(err, versioned.ErrInvalidArg))
+	// Output:
+	// new holder: <nil> - fence 8
+	// old holder fenced: true stale: false
+	// no token: true
 }

@@ -19,11 +19,15 @@ type model struct {
 	n      vmodel.Int    // the version's type: bounds, load, store, next
 	pks    []*schema.Field
 	soft   bool          // the schema has delete clauses (soft delete)
+	fence  *schema.Field // the lock:"fence" field, nil when the model has none
+	fenceN vmodel.Int    // the fence's type
 	softF  *schema.Field // the field whose type carries them (gorm.DeletedAt …)
 
 	// Built once (and boxed once), written into statements.
 	col      any         // clause.Column{Name: version}
 	qcol     any         // clause.Column{Table: clause.CurrentTable, Name: version}
+	fcol     any         // clause.Column{Name: fence}
+	qfcol    any         // clause.Column{Table: clause.CurrentTable, Name: fence}
 	tail     clause.Expr // , version = version + 1 (after a soft delete's SET)
 	tailNull clause.Expr
 }
@@ -41,6 +45,8 @@ func (p *Plugin) model(s *schema.Schema) *model {
 
 func parseModel(s *schema.Schema) *model {
 	var m *model
+	var fence *schema.Field
+	var fenceN vmodel.Int
 	for _, f := range s.Fields {
 		raw, ok := f.Tag.Lookup(vmodel.TagName)
 		if !ok {
@@ -53,11 +59,8 @@ func parseModel(s *schema.Schema) *model {
 		if err != nil {
 			return bad(err.Error())
 		}
-		if !tag.Version {
+		if tag.Key {
 			continue // lock:"key" is for sqlx users; GORM has its own primary key
-		}
-		if m != nil {
-			return bad("a second version field (the first is " + m.ver.Name + ")")
 		}
 		if f.DBName == "" {
 			return bad("GORM maps this field to no column (gorm:\"-\"?)")
@@ -69,6 +72,22 @@ func parseModel(s *schema.Schema) *model {
 		}
 		if tag.Column != "" && tag.Column != f.DBName {
 			return bad("lock column=" + tag.Column + " differs from GORM's column " + f.DBName + `: name the column with gorm:"column:…"`)
+		}
+		if tag.Fence {
+			switch n, reason := vmodel.IntOf(f.FieldType); {
+			case fence != nil:
+				return bad("a second fence field (the first is " + fence.Name + ")")
+			case f.PrimaryKey:
+				return bad("the fence cannot be the primary key")
+			case reason != "":
+				return bad("the fence must be a plain Go integer field (int64 holds every token), not " + f.FieldType.String())
+			default:
+				fence, fenceN = f, n
+			}
+			continue
+		}
+		if m != nil {
+			return bad("a second version field (the first is " + m.ver.Name + ")")
 		}
 		n, reason := vmodel.IntOf(f.FieldType)
 		if reason != "" {
@@ -85,8 +104,23 @@ func parseModel(s *schema.Schema) *model {
 			soft:   len(s.DeleteClauses) > 0,
 		}
 	}
+	if m == nil && fence != nil {
+		// A fence without a version would be skipped as an unversioned
+		// model: refuse it rather than write without the fence.
+		return &model{ver: fence, err: &versioned.TagError{Type: s.ModelType, Field: fence.Name, Tag: fence.Tag.Get(vmodel.TagName),
+			Reason: `a lock:"fence" field needs a lock:"version" field beside it`}}
+	}
 	if m == nil {
 		return unversioned
+	}
+	if fence != nil {
+		if fence.DBName == m.column {
+			return &model{ver: fence, err: &versioned.TagError{Type: s.ModelType, Field: fence.Name, Tag: fence.Tag.Get(vmodel.TagName),
+				Reason: "the fence maps to the version's column " + m.column}}
+		}
+		m.fence, m.fenceN = fence, fenceN
+		m.fcol = clause.Column{Name: fence.DBName}
+		m.qfcol = clause.Column{Table: clause.CurrentTable, Name: fence.DBName}
 	}
 	if m.soft {
 		for _, f := range s.Fields {
@@ -114,6 +148,17 @@ func (m *model) get(ctx context.Context, rv reflect.Value) (int64, error) {
 func (m *model) set(ctx context.Context, rv reflect.Value, n int64) bool {
 	fv := m.ver.ReflectValueOf(ctx, rv)
 	return fv.CanSet() && m.n.Store(fv, n) == nil
+}
+
+// setFence stores tok in rv's fence field when it is addressable; it
+// returns the value it replaced and whether it stored.
+func (m *model) setFence(ctx context.Context, rv reflect.Value, tok int64) (was int64, ok bool) {
+	fv := m.fence.ReflectValueOf(ctx, rv)
+	if !fv.CanSet() {
+		return 0, false
+	}
+	was, err := m.fenceN.Load(fv)
+	return was, err == nil && m.fenceN.Store(fv, tok) == nil
 }
 
 // next returns cur + 1, or *versioned.OverflowError at the type's maximum.

@@ -15,6 +15,9 @@ type undoEntry struct {
 	rv   reflect.Value
 	ver  int64
 	soft reflect.Value // the soft-delete field before the write, if it changed
+
+	fenced   bool // the write set the fence field; fenceWas is its value before
+	fenceWas int64
 }
 
 // undoLog collects the in-memory changes of the versioned writes inside
@@ -49,6 +52,9 @@ func (p *Plugin) untrack(ctx context.Context, pool gorm.ConnPool, l *undoLog, ro
 		if e.soft.IsValid() {
 			e.m.softF.ReflectValueOf(ctx, e.rv).Set(e.soft)
 		}
+		if e.fenced {
+			e.m.setFence(ctx, e.rv, e.fenceWas)
+		}
 	}
 	l.entries = nil
 }
@@ -70,7 +76,7 @@ func (p *Plugin) recordUndo(stmt *gorm.Statement, g *guard) {
 	if l == nil {
 		return
 	}
-	e := undoEntry{m: g.m, rv: g.rv, ver: g.expected, soft: g.softWas}
+	e := undoEntry{m: g.m, rv: g.rv, ver: g.expected, soft: g.softWas, fenced: g.fenced, fenceWas: g.fenceWas}
 	if !g.bumped {
 		e.ver, _ = g.m.get(stmt.Context, g.rv)
 	}

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"reflect"
+	"strconv"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
 	"gorm.io/gorm/clause"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -37,10 +39,14 @@ type guard struct {
 	userSet  *clause.Clause
 	softWas  reflect.Value // a copy of rv's soft-delete field, restored when a soft delete does not hold
 	other    bool          // rv is not the statement's ReflectValue (see subject)
+	token    int64         // the fencing token of a fenced write (0: unfenced)
+	fenced   bool          // rv's fence field holds the token
+	fenceWas int64         // rv's fence before, restored when the write does not hold
 }
 
 // Build writes the version predicate (after the primary key when the
-// guard names it).
+// guard names it), then the fence's (a fenced write: COALESCE(fence, 0) <=
+// token, a NULL fence counting as never fenced).
 func (g *guard) Build(b clause.Builder) {
 	if g.keyWhere {
 		ctx := context.Background()
@@ -55,18 +61,32 @@ func (g *guard) Build(b clause.Builder) {
 			b.WriteString(" AND ")
 		}
 	}
-	if g.orNull {
-		b.WriteByte('(')
-	}
-	b.WriteQuoted(g.m.qcol)
-	b.WriteString(" = ")
-	b.AddVar(b, g.expected)
-	if g.orNull {
-		b.WriteString(" OR ")
+	if g.check {
+		if g.orNull {
+			b.WriteByte('(')
+		}
 		b.WriteQuoted(g.m.qcol)
-		b.WriteString(" IS NULL)")
+		b.WriteString(" = ")
+		b.AddVar(b, g.expected)
+		if g.orNull {
+			b.WriteString(" OR ")
+			b.WriteQuoted(g.m.qcol)
+			b.WriteString(" IS NULL)")
+		}
+		if g.token > 0 {
+			b.WriteString(" AND ")
+		}
+	}
+	if g.token > 0 {
+		b.WriteString("COALESCE(")
+		b.WriteQuoted(g.m.qfcol)
+		b.WriteString(", 0) <= ")
+		b.AddVar(b, g.token)
 	}
 }
+
+// guarded reports whether the guard adds a predicate to the WHERE.
+func (g *guard) guarded() bool { return g.check || g.token > 0 }
 
 // setExpr is the SET clause of a versioned update: the caller's
 // assignments, then the bump.
@@ -86,6 +106,12 @@ func (s *setExpr) Build(b clause.Builder) {
 	} else {
 		b.WriteQuoted(s.m.col)
 		b.WriteString(" + 1")
+	}
+	if s.token > 0 {
+		b.WriteByte(',')
+		b.WriteQuoted(s.m.fcol)
+		b.WriteByte('=')
+		b.AddVar(b, s.token)
 	}
 }
 
@@ -220,7 +246,35 @@ func (p *Plugin) plan(db *gorm.DB, g *guard, bumps bool) bool {
 	// Under NullAsZero the bump turns a NULL into 1 for unchecked writes
 	// and for writes expecting 0.
 	g.nullBump = p.cfg.null == NullAsZero && (!g.check || g.expected == 0)
+	if g.m.fence != nil && !skip {
+		tok, err := p.fenceToken(stmt, g)
+		if err != nil {
+			db.AddError(err)
+			return false
+		}
+		g.token = tok
+	}
 	return true
+}
+
+// fenceToken returns the fencing token of a write of a fenced model, from
+// the statement's context: a missing token, one that is not positive and
+// one the fence field cannot hold are refused before anything is sent.
+func (p *Plugin) fenceToken(stmt *gorm.Statement, g *guard) (int64, error) {
+	tok, ok := sqlock.FencingToken(stmt.Context)
+	n := g.m.fenceN
+	switch {
+	case !ok:
+		return 0, &versioned.InputError{Op: g.op, Arg: "fence", Kind: versioned.ErrInvalidArg,
+			Reason: "no fencing token in the context: " + stmt.Schema.Name + ` has a lock:"fence" field, so it is written only under a lock ` +
+				`(db.WithContext(sqlock.WithFencingToken(ctx, token)), or SkipVersionCheck for a deliberate blind write)`}
+	case tok <= 0:
+		return 0, &versioned.InputError{Op: g.op, Arg: "fence", Kind: versioned.ErrInvalidArg,
+			Reason: "token " + strconv.FormatInt(tok, 10) + ": a fencing token is positive"}
+	case tok > n.Max:
+		return 0, &versioned.OverflowError{Type: n.Type.String(), Value: strconv.FormatInt(tok, 10), Min: n.Min, Max: n.Max}
+	}
+	return tok, nil
 }
 
 // associationWrite reports whether a batch update has the shape of the
@@ -375,15 +429,22 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 		set = append(set, us...)
 		g.keyWhere = g.check
 	} else {
-		var was int64
+		var was, fenceWas int64
+		fenced := rv.Kind() == reflect.Struct && g.token > 0
 		if rv.Kind() == reflect.Struct {
 			was, _ = m.get(ctx, rv)
+		}
+		if fenced {
+			fenceWas, _ = m.fenceN.Load(m.fence.ReflectValueOf(ctx, rv))
 		}
 		set = callbacks.ConvertToAssignments(stmt)
 		if rv.Kind() == reflect.Struct {
 			// ConvertToAssignments writes the update's values into the
-			// model, a version among them: undo that.
+			// model, a version (or a fence) among them: undo that.
 			m.set(ctx, rv, was)
+		}
+		if fenced {
+			m.setFence(ctx, rv, fenceWas)
 		}
 		if db.Error != nil {
 			return
@@ -391,15 +452,16 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 	}
 	// Strip every assignment to the version column: the caller's value is
 	// ignored, the bump is the only write to it.
+	// The same for the fence of a fenced write: the token is its value.
 	out := set[:0]
 	for _, a := range set {
-		if a.Column.Name != m.column {
+		if a.Column.Name != m.column && (g.token == 0 || a.Column.Name != m.fence.DBName) {
 			out = append(out, a)
 		}
 	}
 	g.set = out
 	stmt.Clauses["SET"] = clause.Clause{Name: "SET", Expression: (*setExpr)(g)}
-	if g.check {
+	if g.guarded() {
 		addWhere(stmt, g)
 	}
 	stmt.Clauses[stateKey] = clause.Clause{Expression: g}
@@ -426,11 +488,11 @@ func (p *Plugin) afterUpdate(db *gorm.DB) {
 	} else {
 		delete(stmt.Clauses, "SET")
 	}
-	if g.check {
+	if g.guarded() {
 		removeWhere(stmt, g)
-		if db.Error == nil && !db.DryRun {
-			p.verify(db, g, true)
-		}
+	}
+	if g.check && db.Error == nil && !db.DryRun {
+		p.verify(db, g, true)
 	}
 }
 
@@ -456,6 +518,10 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 			if g.nullBump {
 				tail = m.tailNull
 			}
+			if g.token > 0 {
+				tail.SQL += ",? = ?"
+				tail.Vars = append(tail.Vars[:len(tail.Vars):len(tail.Vars)], m.fcol, g.token)
+			}
 			stmt.Clauses["SET"] = clause.Clause{Name: "SET", AfterExpression: tail}
 			g.setTail = true
 		}
@@ -472,7 +538,7 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 	if stmt.ReflectValue.Kind() == reflect.Struct {
 		groupConditions(stmt)
 	}
-	if g.check {
+	if g.guarded() {
 		addWhere(stmt, g)
 	}
 	stmt.Clauses[stateKey] = clause.Clause{Expression: g}
@@ -487,11 +553,11 @@ func (p *Plugin) afterDelete(db *gorm.DB) {
 	if g.setTail {
 		delete(stmt.Clauses, "SET")
 	}
-	if g.check {
+	if g.guarded() {
 		removeWhere(stmt, g)
-		if db.Error == nil && !db.DryRun {
-			p.verify(db, g, g.soft && g.setTail)
-		}
+	}
+	if g.check && db.Error == nil && !db.DryRun {
+		p.verify(db, g, g.soft && g.setTail)
 	}
 	if g.wrote && g.other && g.softWas.IsValid() {
 		// GORM gave the Dest the new deleted_at; the row is the Model's.
@@ -513,7 +579,7 @@ func (p *Plugin) finish(db *gorm.DB) {
 		return
 	}
 	delete(stmt.Clauses, stateKey)
-	if !g.bumped && !g.softWas.IsValid() {
+	if !g.bumped && !g.softWas.IsValid() && !g.fenced {
 		return
 	}
 	held := g.wrote
@@ -541,6 +607,10 @@ func (g *guard) restore(ctx context.Context) {
 	if g.softWas.IsValid() {
 		g.m.softF.ReflectValueOf(ctx, g.rv).Set(g.softWas)
 	}
+	if g.fenced {
+		g.m.setFence(ctx, g.rv, g.fenceWas)
+		g.fenced = false
+	}
 }
 
 // verify turns the row count of a checked single-row write into its
@@ -552,6 +622,9 @@ func (p *Plugin) verify(db *gorm.DB, g *guard, bumped bool) {
 		g.wrote = true
 		if bumped {
 			g.bumped = g.m.set(stmt.Context, g.rv, g.expected+1)
+			if g.token > 0 {
+				g.fenceWas, g.fenced = g.m.setFence(stmt.Context, g.rv, g.token)
+			}
 		}
 	case n == 0:
 		db.AddError(p.staleError(db, g))
@@ -565,13 +638,17 @@ func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
 	ctx := stmt.Context
 	key := g.m.key(ctx, g.rv)
 	se := &versioned.StaleError{Table: stmt.Table, Key: key, Expected: g.expected, Op: g.op}
-	if p.cfg.probe || p.cfg.null == NullRefused {
-		cur, found, null, err := probe(db, g)
+	// A fenced write is always probed: a fenced-out holder must not read
+	// its refusal as a stale version and retry.
+	if p.cfg.probe || p.cfg.null == NullRefused || g.token > 0 {
+		cur, found, null, fence, err := probe(db, g)
 		switch {
 		case err != nil:
 			se.ProbeErr = err
 		case !found:
 			se.Probed, se.Gone = true, true
+		case fence.Valid && fence.Int64 > g.token && g.token > 0:
+			return &versioned.FencedError{Table: stmt.Table, Key: key, Op: g.op, Token: g.token, Current: fence.Int64}
 		case null && p.cfg.null == NullRefused:
 			return &NullVersionError{Table: stmt.Table, Column: g.m.column, Key: key}
 		case null && !g.orNull:
@@ -586,9 +663,10 @@ func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
 	return se
 }
 
-// probe reads the row's version by primary key, on the statement's own
-// connection (inside its transaction), ignoring soft delete.
-func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, err error) {
+// probe reads the row's version (and, for a fenced write, its fence) by
+// primary key, on the statement's own connection (inside its
+// transaction), ignoring soft delete.
+func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, fence sql.NullInt64, err error) {
 	stmt := db.Statement
 	ctx := stmt.Context
 	m := g.m
@@ -597,25 +675,33 @@ func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, err error) {
 		v, _ := f.ValueOf(ctx, g.rv)
 		conds[i] = clause.Eq{Column: clause.Column{Name: f.DBName}, Value: v}
 	}
+	cols := []clause.Column{{Name: m.column}}
+	if g.token > 0 {
+		cols = append(cols, clause.Column{Name: m.fence.DBName})
+	}
 	tx := db.Session(&gorm.Session{NewDB: true, SkipHooks: true, Context: ctx}).
 		Table(stmt.Table).
-		Clauses(clause.Select{Columns: []clause.Column{{Name: m.column}}}, clause.Where{Exprs: conds}).
+		Clauses(clause.Select{Columns: cols}, clause.Where{Exprs: conds}).
 		Limit(1)
 	row := tx.Row()
 	if tx.Error != nil {
-		return 0, false, false, tx.Error
+		return 0, false, false, fence, tx.Error
 	}
 	if row == nil {
-		return 0, false, false, errors.New("gormplugin: probe returned no row handle")
+		return 0, false, false, fence, errors.New("gormplugin: probe returned no row handle")
 	}
 	var v sql.NullInt64
-	switch err := row.Scan(&v); {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, false, nil
-	case err != nil:
-		return 0, false, false, err
+	dest := []any{&v}
+	if g.token > 0 {
+		dest = append(dest, &fence)
 	}
-	return v.Int64, true, !v.Valid, nil
+	switch err := row.Scan(dest...); {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, false, fence, nil
+	case err != nil:
+		return 0, false, false, fence, err
+	}
+	return v.Int64, true, !v.Valid, fence, nil
 }
 
 // createState is what a versioned create leaves for the callbacks after
@@ -663,6 +749,12 @@ func (p *Plugin) beforeCreate(db *gorm.DB) {
 			return
 		}
 		if !oc.DoNothing && (oc.UpdateAll || len(oc.DoUpdates) > 0) {
+			if m.fence != nil && !skip {
+				db.AddError(&UnsupportedError{Table: stmt.Table, Op: "create",
+					Reason: "an upsert of a fenced model would update the row without its fence: " +
+						"create it, then write it with a fenced Update; or opt out with SkipVersionCheck"})
+				return
+			}
 			cs.monotonicUpsert(stmt, c, !skip, p.cfg.null == NullAsZero)
 		}
 	}
@@ -833,7 +925,7 @@ func (cs *createState) monotonicUpsert(stmt *gorm.Statement, c clause.Clause, ch
 	// a map, at the version the map inserts.
 	var where clause.Expression = clause.Expr{SQL: "? = ?", Vars: []any{m.qcol, clause.Column{Table: "excluded", Name: m.column}}}
 	if checked && rv.Kind() == reflect.Struct {
-		g := &guard{m: m, expected: cs.was[0].ver}
+		g := &guard{m: m, expected: cs.was[0].ver, check: true}
 		g.orNull = g.expected == 0 && nullAsZero
 		where = g
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sqlock/sqlock"
 )
 
 // marginDivisor sets the safety margin: a lease is trusted locally until
@@ -126,11 +128,13 @@ func (l *Lease) Err() error {
 }
 
 // Context returns a context derived from parent that ends when the lease
-// is lost (its cause then matches [ErrLost]) or cancel is called. Call
-// cancel when done.
+// is lost (its cause then matches [ErrLost]) or cancel is called, and that
+// carries the lease's fencing token ([sqlock.WithFencingToken]): the fenced
+// writes of versioned, sqlxhelpers and gormplugin made with it are refused
+// by the database once a newer holder has written. Call cancel when done.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	l.checkDeadline()
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := context.WithCancelCause(sqlock.WithFencingToken(parent, l.token))
 	if l.lostCtx.Err() != nil { // already lost: ended before it is returned
 		cancel(context.Cause(l.lostCtx))
 	}

@@ -27,6 +27,10 @@
 //     ([ErrBind]) — and nothing is sent. Your condition is parenthesised,
 //     so an OR in it cannot bypass the guard.
 //   - Identifiers are quoted; values are bind parameters.
+//   - A struct with a lock:"fence" field is written fenced with the token
+//     of sqlock.WithFencingToken in the context: a lock holder whose lock
+//     was taken over is refused (versioned.ErrFenced), and a write with no
+//     token is refused before anything is sent.
 //
 // NamedExec reads PostgreSQL's grammar (pgx, lib/pq); Update and Delete
 // work with any driver sqlx knows. The statements, the rewriter's lexical

@@ -8,6 +8,7 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jmoiron/sqlx"
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/sqlxhelpers"
@@ -52,6 +53,43 @@ func ExampleHelper_Update() {
 	// Output:
 	// <nil> 8
 	// true 8
+}
+
+// A struct with a lock:"fence" field is written only under a lock: the
+// fencing token comes from the context (here a lease's, token 7), is
+// checked against the row's fence and written into it. After a takeover
+// (the row's fence is 8) the write is refused.
+func ExampleHelper_Update_fenced() {
+	db, mock := exampleDB()
+	defer db.Close()
+	h, _ := sqlxhelpers.New(db)
+
+	type Seat struct {
+		ID          int64  `db:"id"`
+		Holder      string `db:"holder"`
+		Version     int64  `db:"version" lock:"version"`
+		HolderToken int64  `db:"holder_token" lock:"fence"`
+	}
+	s := Seat{ID: 42, Holder: "ann", Version: 7}
+
+	const sql = `UPDATE "seats" SET "holder" = $1, "version" = "version" + 1, "holder_token" = $2 WHERE "id" = $3 AND "version" = $4 AND COALESCE("holder_token", 0) <= $5`
+	mock.ExpectExec(sql).WithArgs("ann", int64(7), int64(42), int64(7), int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
+	ctx := sqlock.WithFencingToken(context.Background(), 7) // l.Token() of the caller's lease
+	err := h.Update(ctx, "seats", &s)
+	fmt.Println(err, s.Version, s.HolderToken)
+
+	mock.ExpectExec(sql).WithArgs("ann", int64(7), int64(42), int64(8), int64(7)).WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectQuery(`SELECT "version", "holder_token" FROM "seats" WHERE "id" = $1`).WithArgs(int64(42)).
+		WillReturnRows(sqlmock.NewRows([]string{"version", "holder_token"}).AddRow(9, 8))
+	err = h.Update(ctx, "seats", &s)
+	fmt.Println(errors.Is(err, versioned.ErrFenced), s.Version)
+
+	err = h.Update(context.Background(), "seats", &s) // no token: refused, nothing sent
+	fmt.Println(errors.Is(err, versioned.ErrInvalidArg))
+	// Output:
+	// <nil> 8 7
+	// true 8
+	// true
 }
 
 func ExampleHelper_NamedExec() {

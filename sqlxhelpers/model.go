@@ -1,6 +1,7 @@
 package sqlxhelpers
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jmoiron/sqlx/reflectx"
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -27,6 +29,7 @@ type typeInfo struct {
 	version      column
 	versionParam string   // the named parameter that carries the version
 	keys         []column // in the model's key order
+	fence        *column  // the lock:"fence" field, nil when the struct has none
 	cols         []column // the columns Update writes by default, in declaration order
 	noKey        string   // why an untagged id field is not the key, for the error
 	err          error
@@ -92,6 +95,16 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 		ti.keys = append(ti.keys, column{name: name, index: k.Index})
 		taken[name] = true
 	}
+	if f := model.Fence; f != nil {
+		name, _ := colFor(f.Index, f.Column)
+		if taken[name] {
+			ti.err = &versioned.TagError{Type: t, Field: f.Name, Tag: t.FieldByIndex(f.Index).Tag.Get(vmodel.TagName),
+				Reason: "the fence maps to column " + strconv.Quote(name) + ", the version's or a key's"}
+			return ti
+		}
+		ti.fence = &column{name: name, index: f.Index}
+		taken[name] = true
+	}
 	if len(ti.keys) == 1 && ti.keys[0].name != "id" && !hasLockTag(t, model.Keys[0].Index) {
 		// versioned picked the untagged field whose default column is id,
 		// but the mapper maps it to another column: that column says
@@ -107,7 +120,8 @@ func buildTypeInfo(t reflect.Type, m *reflectx.Mapper) *typeInfo {
 		if fi.Embedded || fi.Name == "" || strings.Contains(fi.Path, ".") || sm.Names[fi.Path] != fi {
 			continue
 		}
-		if slices.Equal(fi.Index, model.Version.Index) || isKeyIndex(model, fi.Index) {
+		if slices.Equal(fi.Index, model.Version.Index) || isKeyIndex(model, fi.Index) ||
+			(model.Fence != nil && slices.Equal(fi.Index, model.Fence.Index)) {
 			continue
 		}
 		if hasMappedChildren(fi) && !isValue(fi.Field.Type) {
@@ -188,6 +202,27 @@ func (ti *typeInfo) expected(rv reflect.Value, op string) (int64, error) {
 	}
 	_, err = ti.model.Version.Next(exp)
 	return exp, err
+}
+
+// token returns the fencing token of a write of ti's struct: the context's
+// when the struct has a lock:"fence" field (refusing a missing token, one
+// that is not positive or one the field cannot hold), 0 otherwise.
+func (ti *typeInfo) token(ctx context.Context, op string) (int64, error) {
+	if ti.fence == nil {
+		return 0, nil
+	}
+	tok, ok := sqlock.FencingToken(ctx)
+	switch {
+	case !ok:
+		return 0, &versioned.InputError{Op: op, Arg: "fence", Kind: versioned.ErrInvalidArg,
+			Reason: "no fencing token in the context: " + ti.t.String() + ` has a lock:"fence" field, so it is written only under a lock (ctx = sqlock.WithFencingToken(ctx, token))`}
+	case tok <= 0:
+		return 0, &versioned.InputError{Op: op, Arg: "fence", Kind: versioned.ErrInvalidArg,
+			Reason: "token " + strconv.FormatInt(tok, 10) + ": a fencing token is positive"}
+	case tok > ti.model.Fence.Max:
+		return 0, &versioned.OverflowError{Type: ti.model.Fence.Type.String(), Value: strconv.FormatInt(tok, 10), Min: ti.model.Fence.Min, Max: ti.model.Fence.Max}
+	}
+	return tok, nil
 }
 
 // setVersion stores n (within range: expected checked n-1 for an update).

@@ -2,6 +2,7 @@ package sqlxhelpers
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"reflect"
 	"slices"
@@ -40,10 +41,11 @@ type planKey struct {
 // structPlan is a struct-driven statement, built once per type, table, op
 // and column list.
 type structPlan struct {
-	ti  *typeInfo
-	sql string
-	set [][]int // the assigned fields' indexes, in bind order
-	err error
+	ti    *typeInfo
+	sql   string
+	probe string  // for a fenced struct: SELECT version, fence by key
+	set   [][]int // the assigned fields' indexes, in bind order
+	err   error
 }
 
 func (s *state) plan(t reflect.Type, table string, op string, opts []WriteOption) (*structPlan, error) {
@@ -110,6 +112,8 @@ func (s *state) buildPlan(t reflect.Type, table string, op string, wc writeConfi
 			switch {
 			case c == ti.version.name:
 				bad(strconv.Quote(c) + " is the version column, which the write itself increments")
+			case ti.fence != nil && c == ti.fence.name:
+				bad(strconv.Quote(c) + " is the fence column, which the fenced write sets to the token")
 			case slices.Contains(wc.cols[:i], c):
 				bad(strconv.Quote(c) + " named twice")
 			}
@@ -142,11 +146,23 @@ func (s *state) buildPlan(t reflect.Type, table string, op string, wc writeConfi
 			return p
 		}
 	}
+	if ti.fence != nil {
+		if st.Fence, err = quote(ti.fence.name); err != nil {
+			p.err = err
+			return p
+		}
+	}
 	var b strings.Builder
 	n := 0
 	bind := func(b *strings.Builder) {
 		n++
 		writeBindVar(b, s.cfg.bindType, n, "p"+strconv.Itoa(n))
+	}
+	if ti.fence != nil {
+		st.Probe(&b, bind)
+		p.probe = b.String()
+		b.Reset()
+		n = 0
 	}
 	if op == "delete" {
 		st.Delete(&b, bind)
@@ -187,6 +203,17 @@ func (ti *typeInfo) column(name string) (column, bool) {
 // or in the struct. A missing key (no key field, or a zero key value) is
 // *versioned.KeyError (versioned.ErrNoKey) and nothing is sent; a version at
 // its type's largest value is *versioned.OverflowError.
+//
+// A struct with a lock:"fence" field is written fenced with the fencing
+// token the context carries ([sqlock.WithFencingToken]):
+//
+//	UPDATE "t" SET …, "version" = "version" + 1, "fence" = $2 WHERE "id" = $3 AND "version" = $4 AND COALESCE("fence", 0) <= $5
+//
+// A row a newer lock holder wrote is refused with *versioned.FencedError
+// (versioned.ErrFenced), told apart from a stale or missing row by one
+// query after the refusal; on success the field holds the token. With no
+// token in the context it is *versioned.InputError
+// (versioned.ErrInvalidArg) and nothing is sent.
 func (h *Helper) Update(ctx context.Context, table string, ptr any, opts ...WriteOption) error {
 	return h.write(ctx, "update", table, ptr, opts)
 }
@@ -197,7 +224,8 @@ func (h *Helper) Update(ctx context.Context, table string, ptr any, opts ...Writ
 //	DELETE FROM "table" WHERE "id" = $1 AND "version" = $2
 //
 // and returns *versioned.StaleError when it is not (or is gone). The errors
-// are Update's.
+// are Update's, and a lock:"fence" field makes it a fenced delete
+// (… AND COALESCE("fence", 0) <= $3) as for Update.
 func (h *Helper) Delete(ctx context.Context, table string, ptr any) error {
 	return h.write(ctx, "delete", table, ptr, nil)
 }
@@ -225,23 +253,58 @@ func (h *Helper) write(ctx context.Context, op string, table string, ptr any, op
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, len(p.set)+len(ti.keys)+1)
+	tok, err := ti.token(ctx, opName)
+	if err != nil {
+		return err
+	}
+	args := make([]any, 0, len(p.set)+len(ti.keys)+3)
 	elem := rv.Elem()
 	for _, idx := range p.set {
 		args = append(args, readField(elem, idx))
 	}
+	if tok > 0 && op == "update" {
+		args = append(args, tok)
+	}
 	args = appendKey(args, key)
 	args = append(args, exp)
+	if tok > 0 {
+		args = append(args, tok)
+	}
 	res, err := ex.ExecContext(ctx, p.sql, args...)
 	if err != nil {
 		return fmt.Errorf("sqlxhelpers: %s %s: %w", opName, table, err)
 	}
 	if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
-		g := vguard.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer}
+		g := vguard.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer, Token: tok}
+		if tok > 0 {
+			g.Probe = prober(ex, p.probe, appendKey(nil, key))
+		}
 		return g.Check(ctx, res, nil)
+	}
+	if tok > 0 && op == "update" {
+		if err := ti.model.Fence.Set(rv, tok); err != nil {
+			return err
+		}
 	}
 	if op == "update" {
 		return ti.setVersion(rv, exp+1)
 	}
 	return nil
+}
+
+// prober returns the probe of a fenced write that matched no row: the
+// row's version and fence by key, on the write's own handle (inside its
+// transaction). A handle that cannot query leaves the stale error
+// unprobed, with the reason in ProbeErr.
+func prober(ex Execer, query string, args []any) func(context.Context) (sql.NullInt64, sql.NullInt64, error) {
+	return func(ctx context.Context) (ver, fence sql.NullInt64, err error) {
+		q, ok := ex.(interface {
+			QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+		})
+		if !ok {
+			return ver, fence, fmt.Errorf("sqlxhelpers: %T cannot query, so a fenced row cannot be told from a stale one", ex)
+		}
+		err = q.QueryRowContext(ctx, query, args...).Scan(&ver, &fence)
+		return ver, fence, err
+	}
 }

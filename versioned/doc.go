@@ -26,6 +26,10 @@
 //   - A stale error is retryable (RetryCause "stale", which package retry
 //     recognises): retry the whole read–modify–write, never the statement.
 //
+// A [Fence] (or a lock:"fence" field and [sqlock.WithFencingToken]) makes a
+// write fenced: a lock holder whose lock was taken over is refused by the
+// row itself ([ErrFenced]); see docs/versioned.md#fenced-writes.
+//
 // A version column is an integer, NOT NULL DEFAULT 1 (the value gormplugin
 // gives a new row; versioned itself only compares and increments, so any
 // start works). [WithProbe] tells a row that is gone from one that changed,

@@ -30,6 +30,14 @@ var (
 	// that version, nor sent to another row. Returned as *KeyError.
 	ErrNoKey = vmodel.ErrNoKey
 
+	// ErrFenced: a fenced write ([Fence], or a struct with a lock:"fence"
+	// field) was refused because the row's fence is past the writer's
+	// fencing token: a newer lock holder has written the row, so the
+	// writer's lock is lost. Returned as *FencedError. It is not a stale
+	// version and package retry does not retry it: stop, and do not write
+	// again under the same token.
+	ErrFenced = vmodel.ErrFenced
+
 	// ErrKeyNotUnique: a write by key affected more than one row, so the
 	// key columns do not identify a row. Returned as *RowsError. The
 	// statement has run: roll back the transaction it ran in.
@@ -119,6 +127,14 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 // imports nothing of this package) retries a stale write.
 func (e *StaleError) RetryCause() string { return "stale" }
 
+// FencedError reports a fenced write that changed nothing because the
+// row's fence is past the write's token: a newer lock holder wrote it. Its
+// fields: Table, Key, Op ("update" or "delete"), Token (the fencing token
+// the write carried) and Current (the row's fence, larger than Token).
+// errors.Is(err, ErrFenced) is true for it; errors.Is(err, ErrStale) is
+// not, whatever the row's version.
+type FencedError = vmodel.FencedError
+
 // OverflowError reports a version that cannot be incremented, or a value that
 // does not fit the version's type. Nothing was sent to the database. Its
 // fields: Type (the version's Go type, "int8", "uint64" …), Value (the
@@ -167,20 +183,4 @@ func inputErr(op, arg, reason string, kind error) error {
 
 // formatKey prints a key for messages: strings quoted, byte slices in hex,
 // composite keys in parentheses.
-func formatKey(k any) string {
-	switch v := k.(type) {
-	case nil:
-		return "<nil>"
-	case string:
-		return strconv.Quote(v)
-	case []byte:
-		return fmt.Sprintf("%x", v)
-	case CompositeKey:
-		parts := make([]string, len(v))
-		for i, p := range v {
-			parts[i] = formatKey(p)
-		}
-		return "(" + strings.Join(parts, ", ") + ")"
-	}
-	return fmt.Sprint(k) // fmt recovers from a panicking String method
-}
+func formatKey(k any) string { return vmodel.FormatKey(k) }

@@ -123,3 +123,25 @@ func ExampleUpdateStruct() {
 	fmt.Println(doc.LockVersion, err)
 	// Output: 2 <nil>
 }
+
+// A fenced write: the row's fence column must be at most the writer's
+// fencing token (here a lease's), and becomes it. After a takeover the
+// new holder (token 8) has written the row; the old one (token 7) is
+// refused by the database, and one query tells why.
+func ExampleFence() {
+	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	defer db.Close()
+	const update = `UPDATE "orders" SET "status" = $1, "version" = "version" + 1, "fence" = $2 WHERE "id" = $3 AND "version" = $4 AND COALESCE("fence", 0) <= $5`
+	mock.ExpectExec(update).WithArgs("paid", int64(7), 42, 3, int64(7)).WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectQuery(`SELECT "version", "fence" FROM "orders" WHERE "id" = $1`).WithArgs(42).
+		WillReturnRows(sqlmock.NewRows([]string{"version", "fence"}).AddRow(4, 8))
+
+	orders := versioned.MustTable("orders")
+	token := int64(7) // l.Token() of the caller's *lease.Lease
+	_, err := versioned.Update(context.Background(), db, orders, 42, 3, versioned.Set("status", "paid"), versioned.Fence("fence", token))
+	fmt.Println(errors.Is(err, versioned.ErrFenced), errors.Is(err, versioned.ErrStale))
+	fmt.Println(err)
+	// Output:
+	// true false
+	// versioned: fenced out: update of orders key 42 with fencing token 7: the row's fence is 8 (a newer lock holder wrote it)
+}

@@ -8,11 +8,24 @@ func (t *Table) UpdateSQL(columns ...string) (string, error) {
 	for i, c := range columns {
 		set[i].Column = c
 	}
-	return t.updateSQL("update", set)
+	return t.updateSQL("update", set, fence{})
 }
 
 func (t *Table) DeleteSQL() string { return t.deleteSQL }
-func (t *Table) ProbeSQL() string  { return t.probeSQL }
+
+// FencedUpdateSQL is UpdateSQL for a write fenced on column fence.
+func (t *Table) FencedUpdateSQL(fenceColumn string, columns ...string) (string, error) {
+	set := make([]Pair, len(columns))
+	for i, c := range columns {
+		set[i].Column = c
+	}
+	return t.updateSQL("update", set, fence{column: fenceColumn, token: 1, on: true})
+}
+
+func (t *Table) FencedDeleteSQL(fenceColumn string) string {
+	return t.fencedDeleteSQL(fence{column: fenceColumn, token: 1, on: true})
+}
+func (t *Table) ProbeSQL() string { return t.probeSQL }
 
 func (d Dialect) String() string { return d.name() }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/vmodel"
 )
 
@@ -21,6 +23,14 @@ import (
 // key columns, a key field whose column is not a key column of the Table,
 // or two key fields for one column is refused with *[KeyError]
 // ([ErrNoKey]) naming that column, and nothing is sent.
+//
+// A struct with a lock:"fence" field is written fenced (see [Fence]) with
+// the fencing token the context carries ([sqlock.WithFencingToken]), on
+// the field's column (lock column=, else its db tag, else snake_case): a
+// row a newer lock holder has written is refused with *[FencedError]
+// ([ErrFenced]), and on success the field holds the token. With no token
+// in the context the write is refused (*[InputError], [ErrInvalidArg]) and
+// nothing is sent: a fence is never silently skipped.
 func UpdateStruct(ctx context.Context, db DB, t *Table, ptr any, set ...Pair) error {
 	m, rv, err := modelFor("update", ptr)
 	if err != nil {
@@ -40,16 +50,49 @@ func UpdateStruct(ctx context.Context, db DB, t *Table, ptr any, set ...Pair) er
 	if err != nil {
 		return err
 	}
-	n, err := t.update(ctx, db, key, exp, set)
+	set, f, err := splitFence("update", set)
 	if err != nil {
 		return err
+	}
+	if m.Fence != nil {
+		if f.on {
+			return inputErr("update", "fence", m.Type.String()+` has a lock:"fence" field: its token comes from the context, not a Fence argument`, ErrInvalidArg)
+		}
+		if f, err = structFence(ctx, "update", m); err != nil {
+			return err
+		}
+	}
+	n, err := t.update(ctx, db, key, exp, set, f)
+	if err != nil {
+		return err
+	}
+	if f.on && m.Fence != nil {
+		if err := m.Fence.Set(rv, f.token); err != nil {
+			return err
+		}
 	}
 	return m.Version.Set(rv, n)
 }
 
+// structFence returns the fence of a struct write: m's fence column and
+// the context's token, refusing a missing token or one the field cannot
+// hold before anything is sent.
+func structFence(ctx context.Context, op string, m *vmodel.Model) (fence, error) {
+	tok, ok := sqlock.FencingToken(ctx)
+	if !ok {
+		return fence{}, inputErr(op, "fence", "no fencing token in the context: "+m.Type.String()+
+			` has a lock:"fence" field, so it is written only under a lock (ctx = sqlock.WithFencingToken(ctx, token))`, ErrInvalidArg)
+	}
+	if tok > m.Fence.Max {
+		return fence{}, &OverflowError{Type: m.Fence.Type.String(), Value: strconv.FormatInt(tok, 10), Min: m.Fence.Min, Max: m.Fence.Max}
+	}
+	return fence{column: m.Fence.Column, token: tok, on: true}, nil
+}
+
 // DeleteStruct is Delete for a struct with a lock:"version" field, by the
 // struct's key and version. Key fields are matched to the Table's key
-// columns by name, as for [UpdateStruct].
+// columns by name, and a lock:"fence" field makes it a fenced delete with
+// the context's token, as for [UpdateStruct].
 func DeleteStruct(ctx context.Context, db DB, t *Table, ptr any) error {
 	m, rv, err := modelFor("delete", ptr)
 	if err != nil {
@@ -66,7 +109,13 @@ func DeleteStruct(ctx context.Context, db DB, t *Table, ptr any) error {
 	if err != nil {
 		return err
 	}
-	return t.delete(ctx, db, key, exp)
+	var f fence
+	if m.Fence != nil {
+		if f, err = structFence(ctx, "delete", m); err != nil {
+			return err
+		}
+	}
+	return t.delete(ctx, db, key, exp, f)
 }
 
 func modelFor(op string, ptr any) (*vmodel.Model, reflect.Value, error) {

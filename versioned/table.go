@@ -37,6 +37,83 @@ func Set(column string, value any) Pair { return Pair{Column: column, Value: val
 // nil pointer or a driver.Valuer that yields NULL).
 func Eq(column string, value any) Pair { return Pair{Column: column, Value: value} }
 
+// Fence makes a versioned write a fenced one: besides the version, the
+// row's fence column must be at most token (a NULL fence counts as 0), and
+// the write sets it to token:
+//
+//	UPDATE t SET …, version = version + 1, fence = $tok WHERE key = $k AND version = $v AND COALESCE(fence, 0) <= $tok
+//
+// token is the fencing token of the lock the writer holds
+// ((*lease.Lease).Token, [sqlock.Fenced]); it must be positive. A holder
+// that lost its lock without noticing is then refused by the database once
+// a newer holder (a larger token) has written the row: the write changes
+// nothing and returns a *[FencedError] ([ErrFenced]). The same holder
+// writing again (an equal token) is allowed. Pass it among [Update]'s
+// assignments or to [Delete]; struct writes take the token from the
+// context instead (see [UpdateStruct]).
+func Fence(column string, token int64) Pair { return Pair{Column: column, Value: fenceToken(token)} }
+
+// fenceToken is the Value of a Pair made by Fence: no other Pair has it.
+type fenceToken int64
+
+// fence is a write's fence: its column and token (on is false for an
+// unfenced write).
+type fence struct {
+	column string
+	token  int64
+	on     bool
+}
+
+// splitFence takes the Fence pair out of pairs. Without one (the common
+// case) it returns pairs itself and allocates nothing.
+func splitFence(op string, pairs []Pair) ([]Pair, fence, error) {
+	var f fence
+	n := 0
+	for _, p := range pairs {
+		tok, ok := p.Value.(fenceToken)
+		if !ok {
+			continue
+		}
+		if f.on {
+			return nil, f, inputErr(op, "fence", "two Fence guards in one write", ErrInvalidArg)
+		}
+		f = fence{column: p.Column, token: int64(tok), on: true}
+		n++
+	}
+	if !f.on {
+		return pairs, f, nil
+	}
+	set := make([]Pair, 0, len(pairs)-n)
+	for _, p := range pairs {
+		if _, ok := p.Value.(fenceToken); !ok {
+			set = append(set, p)
+		}
+	}
+	return set, f, nil
+}
+
+// check refuses a fence the table cannot honour, before anything is sent.
+func (f fence) check(op string, t *Table, set []Pair) error {
+	if !f.on {
+		return nil
+	}
+	if f.token <= 0 {
+		return inputErr(op, "fence", fmt.Sprintf("token %d: a fencing token is positive", f.token), ErrInvalidArg)
+	}
+	if err := checkIdent(op, "fence column", f.column); err != nil {
+		return err
+	}
+	if f.column == t.cfg.version || containsString(t.cfg.keys, f.column) {
+		return inputErr(op, "fence column", fmt.Sprintf("%q is the version or a key column", f.column), ErrInvalidArg)
+	}
+	for _, p := range set {
+		if p.Column == f.column {
+			return inputErr(op, "set column", fmt.Sprintf("%q is the fence column, which the fenced write sets to the token", p.Column), ErrInvalidArg)
+		}
+	}
+	return nil
+}
+
 // CompositeKey is the key value of a table with several key columns, in the
 // order of WithKey.
 type CompositeKey []any
@@ -108,24 +185,28 @@ type Table struct {
 }
 
 type cachedUpdate struct {
-	cols []string
-	sql  string
+	del   bool   // a fenced DELETE (the unfenced one is deleteSQL)
+	fence string // the fence column, "" for an unfenced write
+	cols  []string
+	sql   string
 }
 
 const maxCachedUpdates = 64
 
-// cachedUpdateSQL returns the UPDATE for set's columns, building (and
-// validating) it only the first time a column list is seen.
-func (t *Table) cachedUpdateSQL(op string, set []Pair) (string, error) {
+// cachedUpdateSQL returns the UPDATE for set's columns (or, for op
+// "delete", the fenced DELETE), building (and validating) it only the
+// first time a column list and fence column are seen.
+func (t *Table) cachedUpdateSQL(op string, set []Pair, f fence) (string, error) {
 	var cur []cachedUpdate
 	p := t.updates.Load()
 	if p != nil {
 		cur = *p
 	}
+	del := op == "delete"
 next:
 	for i := range cur {
 		e := &cur[i]
-		if len(e.cols) != len(set) {
+		if len(e.cols) != len(set) || e.del != del || e.fence != f.column {
 			continue
 		}
 		for j, c := range e.cols {
@@ -135,7 +216,13 @@ next:
 		}
 		return e.sql, nil
 	}
-	query, err := t.updateSQL(op, set)
+	var query string
+	var err error
+	if del {
+		query = t.fencedDeleteSQL(f)
+	} else {
+		query, err = t.updateSQL(op, set, f)
+	}
 	if err != nil || len(cur) >= maxCachedUpdates {
 		return query, err
 	}
@@ -145,7 +232,7 @@ next:
 	}
 	grown := make([]cachedUpdate, len(cur), len(cur)+1)
 	copy(grown, cur)
-	grown = append(grown, cachedUpdate{cols: cols, sql: query})
+	grown = append(grown, cachedUpdate{del: del, fence: f.column, cols: cols, sql: query})
 	// Losing this race only means another goroutine's entry was stored;
 	// the statement is rebuilt next time, never wrong.
 	t.updates.CompareAndSwap(p, &grown)
@@ -240,7 +327,22 @@ func (t *Table) stmt() vmodel.Stmt {
 // whereKey writes " WHERE k1 = $a AND k2 = $b" with fresh placeholders.
 func (t *Table) whereKey(b *sqlBuf) { t.stmt().WhereKey(&b.b, b.paramTo) }
 
-func (t *Table) updateSQL(op string, set []Pair) (string, error) {
+// fencedStmt is stmt with f's fence column.
+func (t *Table) fencedStmt(f fence) vmodel.Stmt {
+	st := t.stmt()
+	if f.on {
+		st.Fence = t.quote(f.column)
+	}
+	return st
+}
+
+func (t *Table) fencedDeleteSQL(f fence) string {
+	b := sqlBuf{d: t.cfg.dialect}
+	t.fencedStmt(f).Delete(&b.b, b.paramTo)
+	return b.b.String()
+}
+
+func (t *Table) updateSQL(op string, set []Pair, f fence) (string, error) {
 	size := 40 + len(t.qTable) + 2*len(t.qVersion) + 8*len(t.qKeys)
 	for _, k := range t.qKeys {
 		size += len(k)
@@ -262,7 +364,7 @@ func (t *Table) updateSQL(op string, set []Pair) (string, error) {
 	b := sqlBuf{d: t.cfg.dialect}
 	b.b.Grow(size)
 	setCol := func(w *strings.Builder, i int) { b.d.writeQuoted(w, set[i].Column) }
-	t.stmt().Update(&b.b, len(set), setCol, b.paramTo)
+	t.fencedStmt(f).Update(&b.b, len(set), setCol, b.paramTo)
 	return b.b.String(), nil
 }
 
@@ -277,6 +379,12 @@ func (t *Table) updateSQL(op string, set []Pair) (string, error) {
 // With no assignments it only increments the version (a "touch" that makes
 // concurrent writers of the same row go stale).
 //
+// A [Fence] among the assignments makes it a fenced write: a row whose
+// fence is past the token is refused with *[FencedError] ([ErrFenced]).
+// A fenced write that matches no row runs one more query, to tell a fenced
+// row from a stale or missing one; a write that succeeds costs the same
+// one round trip.
+//
 // The version's Go type V decides where it overflows: an int8 version
 // stops at 127 with *OverflowError rather than wrapping.
 func Update[V Integer](ctx context.Context, db DB, t *Table, key any, expected V, set ...Pair) (V, error) {
@@ -285,7 +393,11 @@ func Update[V Integer](ctx context.Context, db DB, t *Table, key any, expected V
 	if _, err := vmodel.Next(expected); err != nil {
 		return expected, err
 	}
-	if _, err := t.update(ctx, db, key, int64(expected), set); err != nil {
+	set, f, err := splitFence("update", set)
+	if err != nil {
+		return expected, err
+	}
+	if _, err := t.update(ctx, db, key, int64(expected), set, f); err != nil {
 		return expected, err
 	}
 	return expected + 1, nil
@@ -293,7 +405,7 @@ func Update[V Integer](ctx context.Context, db DB, t *Table, key any, expected V
 
 // update runs the versioned UPDATE; the caller has checked that exp + 1
 // fits the version's type.
-func (t *Table) update(ctx context.Context, db DB, key any, exp int64, set []Pair) (int64, error) {
+func (t *Table) update(ctx context.Context, db DB, key any, exp int64, set []Pair, f fence) (int64, error) {
 	const op = "update"
 	if t == nil {
 		return exp, inputErr(op, "table", "nil *Table", ErrInvalidArg)
@@ -301,23 +413,32 @@ func (t *Table) update(ctx context.Context, db DB, key any, exp int64, set []Pai
 	if isNilHandle(db) {
 		return exp, inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
-	query, err := t.cachedUpdateSQL(op, set)
+	if err := f.check(op, t, set); err != nil {
+		return exp, err
+	}
+	query, err := t.cachedUpdateSQL(op, set, f)
 	if err != nil {
 		return exp, err
 	}
-	args := make([]any, len(set), len(set)+len(t.qKeys)+1)
+	args := make([]any, len(set), len(set)+len(t.qKeys)+3)
 	for i, p := range set {
 		args[i] = p.Value
+	}
+	if f.on {
+		args = append(args, f.token)
 	}
 	if args, err = t.appendKey(args, key); err != nil {
 		return exp, err
 	}
 	args = append(args, exp)
+	if f.on {
+		args = append(args, f.token)
+	}
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return exp, fmt.Errorf("versioned: update %s: %w", t.name, err)
 	}
-	if err := t.affected(ctx, db, res, key, exp, "update"); err != nil {
+	if err := t.affected(ctx, db, res, key, exp, op, f); err != nil {
 		return exp, err
 	}
 	return exp + 1, nil
@@ -330,15 +451,28 @@ func (t *Table) update(ctx context.Context, db DB, key any, exp int64, set []Pai
 // and returns a *StaleError (errors.Is(err, ErrStale)) when no row matches,
 // or a typed error without sending anything when the key is missing or an
 // argument is invalid.
-func Delete[V Integer](ctx context.Context, db DB, t *Table, key any, expected V) error {
+//
+// A [Fence] makes it a fenced delete, as for [Update]:
+//
+//	DELETE FROM t WHERE key = $1 AND version = $2 AND COALESCE(fence, 0) <= $3
+//
+// Only Fence pairs may be passed; an assignment is *[InputError].
+func Delete[V Integer](ctx context.Context, db DB, t *Table, key any, expected V, fence ...Pair) error {
 	exp, err := vmodel.Int64(expected)
 	if err != nil {
 		return err
 	}
-	return t.delete(ctx, db, key, exp)
+	set, f, err := splitFence("delete", fence)
+	if err != nil {
+		return err
+	}
+	if len(set) > 0 {
+		return inputErr("delete", "fence", fmt.Sprintf("%q is not a Fence: a delete assigns nothing", set[0].Column), ErrInvalidArg)
+	}
+	return t.delete(ctx, db, key, exp, f)
 }
 
-func (t *Table) delete(ctx context.Context, db DB, key any, exp int64) error {
+func (t *Table) delete(ctx context.Context, db DB, key any, exp int64, f fence) error {
 	const op = "delete"
 	if t == nil {
 		return inputErr(op, "table", "nil *Table", ErrInvalidArg)
@@ -346,22 +480,32 @@ func (t *Table) delete(ctx context.Context, db DB, key any, exp int64) error {
 	if isNilHandle(db) {
 		return inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
-	args := make([]any, 0, len(t.qKeys)+1)
+	query := t.deleteSQL
+	if f.on {
+		if err := f.check(op, t, nil); err != nil {
+			return err
+		}
+		query, _ = t.cachedUpdateSQL(op, nil, f)
+	}
+	args := make([]any, 0, len(t.qKeys)+2)
 	args, err := t.appendKey(args, key)
 	if err != nil {
 		return err
 	}
 	args = append(args, exp)
-	res, err := db.ExecContext(ctx, t.deleteSQL, args...)
+	if f.on {
+		args = append(args, f.token)
+	}
+	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("versioned: delete from %s: %w", t.name, err)
 	}
-	return t.affected(ctx, db, res, key, exp, "delete")
+	return t.affected(ctx, db, res, key, exp, op, f)
 }
 
-// affected turns the result of a versioned write into nil, *StaleError or
-// *RowsError.
-func (t *Table) affected(ctx context.Context, db DB, res sql.Result, key any, exp int64, op string) error {
+// affected turns the result of a versioned write into nil, *StaleError,
+// *FencedError or *RowsError.
+func (t *Table) affected(ctx context.Context, db DB, res sql.Result, key any, exp int64, op string, f fence) error {
 	n, err := res.RowsAffected()
 	if err != nil {
 		return fmt.Errorf("versioned: %s %s: rows affected: %w", op, t.name, err)
@@ -373,7 +517,13 @@ func (t *Table) affected(ctx context.Context, db DB, res sql.Result, key any, ex
 		return &RowsError{Table: t.name, Key: key, Rows: n}
 	}
 	se := &StaleError{Table: t.name, Key: key, Expected: exp, Op: op}
-	if t.cfg.probe {
+	if f.on {
+		// Always probed: a fenced-out holder must not read its refusal as
+		// a stale version and retry.
+		if fe := t.probeFence(ctx, db, key, f, se); fe != nil {
+			return fe
+		}
+	} else if t.cfg.probe {
 		t.probe(ctx, db, key, se)
 	}
 	t.cfg.observer.Observe(ctx, observe.Event{Kind: observe.Stale, Source: "versioned", Table: t.name, Err: se})
@@ -396,6 +546,32 @@ func (t *Table) probe(ctx context.Context, q DB, key any, se *StaleError) {
 	default:
 		se.Probed, se.Current, se.CurrentNull = true, cur.Int64, !cur.Valid
 	}
+}
+
+// probeFence reads the row's version and fence by key after a fenced write
+// matched no row: a fence past the token is a *FencedError (the fence
+// only grows, so it was past the token when the write ran, or a newer
+// holder wrote since); otherwise it fills in se as probe does.
+func (t *Table) probeFence(ctx context.Context, q DB, key any, f fence, se *StaleError) *FencedError {
+	args, err := t.appendKey(make([]any, 0, len(t.qKeys)), key)
+	if err != nil {
+		se.ProbeErr = err
+		return nil
+	}
+	b := sqlBuf{d: t.cfg.dialect}
+	t.fencedStmt(f).Probe(&b.b, b.paramTo)
+	var cur, fen sql.NullInt64
+	switch err := q.QueryRowContext(ctx, b.b.String(), args...).Scan(&cur, &fen); {
+	case errors.Is(err, sql.ErrNoRows):
+		se.Probed, se.Gone = true, true
+	case err != nil:
+		se.ProbeErr = err
+	case fen.Valid && fen.Int64 > f.token:
+		return &FencedError{Table: t.name, Key: key, Op: se.Op, Token: f.token, Current: fen.Int64}
+	default:
+		se.Probed, se.Current, se.CurrentNull = true, cur.Int64, !cur.Valid
+	}
+	return nil
 }
 
 // appendKey appends the key values in column order, refusing a missing key.

@@ -6,6 +6,7 @@ package vguard
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/sqlock/sqlock/internal/vmodel"
@@ -22,6 +23,14 @@ type Guard struct {
 
 	// Observer, when not nil, is told of a stale result (observe.Stale).
 	Observer observe.Observer
+
+	// Token is the fencing token of a fenced statement (0: unfenced).
+	// When a fenced statement affects no row, Probe reads the row's
+	// version and fence by key (sql.ErrNoRows when there is no row), so
+	// that a row a newer holder wrote is a *versioned.FencedError, not a
+	// stale version.
+	Token int64
+	Probe func(ctx context.Context) (version, fence sql.NullInt64, err error)
 }
 
 // Check turns the result of the guarded statement into an error: err itself
@@ -50,8 +59,31 @@ func (g Guard) Check(ctx context.Context, res sql.Result, err error) error {
 		op = "update"
 	}
 	se := &versioned.StaleError{Table: g.Table, Key: g.Key, Expected: g.Expected, Op: op}
+	if g.Token > 0 && g.Probe != nil {
+		if fe := g.probe(ctx, se); fe != nil {
+			return fe
+		}
+	}
 	if g.Observer != nil {
 		g.Observer.Observe(ctx, observe.Event{Kind: observe.Stale, Source: "versioned", Table: g.Table, Err: se})
 	}
 	return se
+}
+
+// probe tells a fenced-out row from a stale or missing one. The fence only
+// grows, so a fence past the token now was past it when the statement ran
+// or a newer holder has written since: either way the lock is lost.
+func (g Guard) probe(ctx context.Context, se *versioned.StaleError) error {
+	ver, fence, err := g.Probe(ctx)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		se.Probed, se.Gone = true, true
+	case err != nil:
+		se.ProbeErr = err
+	case fence.Valid && fence.Int64 > g.Token:
+		return &versioned.FencedError{Table: g.Table, Key: g.Key, Op: se.Op, Token: g.Token, Current: fence.Int64}
+	default:
+		se.Probed, se.Current, se.CurrentNull = true, ver.Int64, !ver.Valid
+	}
+	return nil
 }

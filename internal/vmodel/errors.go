@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -19,7 +20,48 @@ var (
 	ErrNoKey        = errors.New("versioned: missing key value")
 	ErrInvalidModel = errors.New("versioned: invalid model")
 	ErrInvalidArg   = errors.New("versioned: invalid argument")
+	ErrFenced       = errors.New("versioned: fenced out by a newer lock holder")
 )
+
+// FencedError reports a fenced write that changed nothing because the
+// row's fence is past the write's token: a newer lock holder wrote it.
+type FencedError struct {
+	Table   string // the table as the caller named it
+	Key     any    // the key value as given
+	Op      string // "update" or "delete"
+	Token   int64  // the fencing token the write carried
+	Current int64  // the row's fence, larger than Token
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("versioned: fenced out: %s of %s key %s with fencing token %d: the row's fence is %d (a newer lock holder wrote it)",
+		e.Op, e.Table, FormatKey(e.Key), e.Token, e.Current)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// FormatKey prints a key for messages: strings quoted, byte slices in hex,
+// composite keys (a slice of any, such as versioned.CompositeKey) in
+// parentheses.
+func FormatKey(k any) string {
+	switch v := k.(type) {
+	case nil:
+		return "<nil>"
+	case string:
+		return strconv.Quote(v)
+	case []byte:
+		return fmt.Sprintf("%x", v)
+	}
+	if rv := reflect.ValueOf(k); rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Interface {
+		parts := make([]string, rv.Len())
+		for i := range parts {
+			parts[i] = FormatKey(rv.Index(i).Interface())
+		}
+		return "(" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Sprint(k) // fmt recovers from a panicking String method
+}
 
 // OverflowError reports a version that cannot be incremented, or a value that
 // does not fit the version's type. Nothing was sent to the database.

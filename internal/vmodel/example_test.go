@@ -55,5 +55,5 @@ func ExampleParseTag() {
 	fmt.Println(err)
 	// Output:
 	// true false rev <nil>
-	// unknown item "verison" in lock tag (known: version, key, column=NAME)
+	// unknown item "verison" in lock tag (known: version, key, fence, column=NAME)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,14 +20,17 @@ const TagName = "lock"
 //
 //	version          the field is the row's version (one per struct)
 //	key              the field is (part of) the row's key
+//	fence            the field is the row's fence: the fencing token of the
+//	                 last lock holder that wrote it (at most one per struct)
 //	column=NAME      the column's name, overriding db:"…" and snake_case
 //
-// Exactly one of version and key must be present; anything else (an empty
-// tag, an empty or unknown item, a repeated item, an empty column) is an
-// error, so a typo such as lock:"verison" is caught rather than ignored.
+// Exactly one of version, key and fence must be present; anything else (an
+// empty tag, an empty or unknown item, a repeated item, an empty column) is
+// an error, so a typo such as lock:"verison" is caught rather than ignored.
 type Tag struct {
 	Version bool
 	Key     bool
+	Fence   bool
 	Column  string // "" unless column= was given
 }
 
@@ -34,7 +38,7 @@ type Tag struct {
 func ParseTag(s string) (Tag, error) {
 	var t Tag
 	if strings.TrimSpace(s) == "" {
-		return t, fmt.Errorf("empty lock tag: want %q or %q", "version", "key")
+		return t, fmt.Errorf("empty lock tag: want %q, %q or %q", "version", "key", "fence")
 	}
 	seenCol := false
 	for item := range strings.SplitSeq(s, ",") {
@@ -52,6 +56,11 @@ func ParseTag(s string) (Tag, error) {
 				return Tag{}, fmt.Errorf("%q repeated in lock tag", item)
 			}
 			t.Key = true
+		case item == "fence":
+			if t.Fence {
+				return Tag{}, fmt.Errorf("%q repeated in lock tag", item)
+			}
+			t.Fence = true
 		case strings.HasPrefix(item, "column="):
 			if seenCol {
 				return Tag{}, fmt.Errorf("column= repeated in lock tag %q", s)
@@ -62,14 +71,23 @@ func ParseTag(s string) (Tag, error) {
 				return Tag{}, fmt.Errorf("bad column in lock tag %q: %w", s, err)
 			}
 		default:
-			return Tag{}, fmt.Errorf("unknown item %q in lock tag (known: version, key, column=NAME)", item)
+			return Tag{}, fmt.Errorf("unknown item %q in lock tag (known: version, key, fence, column=NAME)", item)
 		}
 	}
-	switch {
-	case t.Version && t.Key:
-		return Tag{}, fmt.Errorf("lock tag %q: a field cannot be both version and key", s)
-	case !t.Version && !t.Key:
-		return Tag{}, fmt.Errorf("lock tag %q: says neither version nor key", s)
+	var kinds []string
+	for _, k := range []struct {
+		on   bool
+		name string
+	}{{t.Version, "version"}, {t.Key, "key"}, {t.Fence, "fence"}} {
+		if k.on {
+			kinds = append(kinds, k.name)
+		}
+	}
+	switch len(kinds) {
+	case 2, 3:
+		return Tag{}, fmt.Errorf("lock tag %q: a field cannot be both %s and %s", s, kinds[0], kinds[1])
+	case 0:
+		return Tag{}, fmt.Errorf("lock tag %q: says none of version, key and fence", s)
 	}
 	return t, nil
 }
@@ -82,6 +100,8 @@ func (t Tag) String() string {
 		s = "version"
 	case t.Key:
 		s = "key"
+	case t.Fence:
+		s = "fence"
 	}
 	if t.Column != "" {
 		s += ",column=" + t.Column
@@ -220,11 +240,15 @@ type KeyField struct {
 	Column string // column name hint, as for Field
 }
 
-// Model is what this package knows about a struct type: its version field
-// and its key fields. Of computes it once per type.
+// Model is what this package knows about a struct type: its version field,
+// its key fields and its fence field. Of computes it once per type.
 type Model struct {
 	Type    reflect.Type // the struct type
 	Version *Field
+	// Fence is the field tagged lock:"fence", or nil. A write of a struct
+	// with a fence is a fenced write: it needs a fencing token, which the
+	// field receives when the write succeeds.
+	Fence *Field
 	// Keys are the fields tagged lock:"key", in declaration order; when no
 	// field is tagged, the one field whose column hint is "id" (ID, Id,
 	// db:"id"), if there is one. Empty otherwise: KeyOf then fails with
@@ -404,6 +428,19 @@ func parseModel(t reflect.Type) (*Model, error) {
 	if len(m.Keys) == 0 && len(idCands) == 1 {
 		m.Keys = idCands
 	}
+	if f := m.Fence; f != nil {
+		bad := func(reason string) error {
+			return &TagError{Type: t, Field: f.Name, Tag: t.FieldByIndex(f.Index).Tag.Get(TagName), Reason: reason}
+		}
+		if f.Column == m.Version.Column {
+			return nil, bad("the fence maps to column " + strconv.Quote(f.Column) + ", the version's column")
+		}
+		for _, k := range m.Keys {
+			if k.Column == f.Column || slices.Equal(k.Index, f.Index) {
+				return nil, bad("the fence maps to column " + strconv.Quote(f.Column) + ", a key column")
+			}
+		}
+	}
 	return m, nil
 }
 
@@ -434,14 +471,21 @@ func (m *Model) addTagged(t reflect.Type, sf reflect.StructField, idx []int, raw
 		m.Keys = append(m.Keys, keyField(sf, idx, tag.Column))
 		return nil
 	}
-	if m.Version != nil {
-		return bad("a second version field (the first is " + m.Version.Name + ")")
+	slot, what := &m.Version, "version"
+	if tag.Fence {
+		slot, what = &m.Fence, "fence"
+	}
+	if *slot != nil {
+		return bad("a second " + what + " field (the first is " + (*slot).Name + ")")
 	}
 	n, reason := IntOf(sf.Type)
 	if reason != "" {
+		if tag.Fence {
+			reason = "the fence must be a plain Go integer field (int64 holds every token), not " + sf.Type.String()
+		}
 		return bad(reason)
 	}
-	m.Version = &Field{
+	*slot = &Field{
 		Int:    n,
 		Name:   sf.Name,
 		Index:  idx,

@@ -12,10 +12,20 @@ import "strings"
 //
 // The arguments bind in that order: the assigned values, the key values,
 // the expected version.
+//
+// A fenced write (Fence set) also writes the fencing token into the fence
+// column and refuses a row whose fence is larger (a NULL fence counts as
+// 0, never fenced):
+//
+//	UPDATE t SET a = ?, v = v + 1, f = ? WHERE k = ? AND v = ? AND COALESCE(f, 0) <= ?
+//	DELETE FROM t WHERE k = ? AND v = ? AND COALESCE(f, 0) <= ?
+//
+// The token binds twice, after the assigned values and last.
 type Stmt struct {
 	Table   string   // the quoted table name
 	Keys    []string // the quoted key columns, in key order
 	Version string   // the quoted version column
+	Fence   string   // the quoted fence column, "" for an unfenced write
 }
 
 // Update writes the UPDATE; set writes the quoted name of assigned column
@@ -34,6 +44,12 @@ func (s Stmt) Update(b *strings.Builder, n int, set func(b *strings.Builder, i i
 	b.WriteString(" = ")
 	b.WriteString(s.Version)
 	b.WriteString(" + 1")
+	if s.Fence != "" {
+		b.WriteString(", ")
+		b.WriteString(s.Fence)
+		b.WriteString(" = ")
+		param(b)
+	}
 	s.guard(b, param)
 }
 
@@ -58,11 +74,30 @@ func (s Stmt) WhereKey(b *strings.Builder, param func(b *strings.Builder)) {
 	}
 }
 
-// guard writes the key condition and " AND v = ?".
+// guard writes the key condition, " AND v = ?" and the fence's condition.
 func (s Stmt) guard(b *strings.Builder, param func(b *strings.Builder)) {
 	s.WhereKey(b, param)
 	b.WriteString(" AND ")
 	b.WriteString(s.Version)
 	b.WriteString(" = ")
 	param(b)
+	if s.Fence != "" {
+		b.WriteString(" AND COALESCE(")
+		b.WriteString(s.Fence)
+		b.WriteString(", 0) <= ")
+		param(b)
+	}
+}
+
+// Probe writes the SELECT that tells why a fenced write matched no row:
+//
+//	SELECT v, f FROM t WHERE k1 = ? AND k2 = ?
+func (s Stmt) Probe(b *strings.Builder, param func(b *strings.Builder)) {
+	b.WriteString("SELECT ")
+	b.WriteString(s.Version)
+	b.WriteString(", ")
+	b.WriteString(s.Fence)
+	b.WriteString(" FROM ")
+	b.WriteString(s.Table)
+	s.WhereKey(b, param)
 }
