@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
@@ -411,4 +412,44 @@ func (upper) Marshal(v any) ([]byte, error) { return []byte(strings.ToUpper(v.(s
 func (upper) Unmarshal(b []byte, v any) error {
 	*v.(*string) = strings.ToLower(string(b))
 	return nil
+}
+
+// TestRepeatableReadSeesAConcurrentKeyAsASerializationFailure: under
+// REPEATABLE READ, a key committed after the transaction's snapshot fails
+// the claim with 40001 (fn does not run); the retried transaction replays.
+func TestRepeatableReadSeesAConcurrentKeyAsASerializationFailure(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	ctx := context.Background()
+	fn := func(v int) func(context.Context) (int, error) {
+		return func(context.Context) (int, error) { return v, nil }
+	}
+	rr := pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
+	tx, err := db.Pool().BeginTx(ctx, rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, db.Pool(), func(other pgx.Tx) error {
+		_, err := idem.Do(ctx, other, "", "k", nil, fn(1))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = idem.Do(ctx, tx, "", "k", nil, fn(2))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("err = %v, want SQLSTATE 40001", err)
+	}
+	tx.Rollback(ctx)
+	var v int
+	if err := pgx.BeginTxFunc(ctx, db.Pool(), rr, func(tx pgx.Tx) error {
+		v, err = idem.Do(ctx, tx, "", "k", nil, fn(3))
+		return err
+	}); err != nil || v != 1 {
+		t.Fatalf("retry: %d, %v; want the first result replayed", v, err)
+	}
 }

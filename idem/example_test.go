@@ -20,8 +20,10 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/idem"
 	"github.com/sqlock/sqlock/lease"
+	"github.com/sqlock/sqlock/txlock"
 )
 
 // The examples use a table of their own, so they leave nothing in the way
@@ -334,4 +336,50 @@ func ExampleRunPhases() {
 	// Output:
 	// shipped after ch_1; provider called 1 time(s)
 	// shipped after ch_1; provider called 1 time(s)
+}
+
+// The guide's layered defence as code: a transaction advisory lock on the
+// order (replicas take turns), a state check (an order already paid is
+// not charged), and the idempotency key in the same transaction (a
+// client's retry replays the first answer). txlock retries the whole
+// transaction on serialization failures and deadlocks; a retried Do
+// replays.
+func ExampleDo_layered() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_orders (id text PRIMARY KEY, status text NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	order, key := exampleKey("order"), exampleKey("retry-me")
+	if _, err := pool.Exec(ctx, `INSERT INTO example_orders VALUES ($1, 'unpaid')`, order); err != nil {
+		log.Fatal(err)
+	}
+	pay := func() string {
+		var answer string
+		err := txlock.DoPgx(ctx, pool, advisory.KeyOf("order:"+order), func(ctx context.Context, tx pgx.Tx) error {
+			var err error
+			answer, err = idem.Do(ctx, tx, "customer-42", key, []byte("pay "+order), func(ctx context.Context) (string, error) {
+				t, err := tx.Exec(ctx, `UPDATE example_orders SET status = 'paid' WHERE id = $1 AND status = 'unpaid'`, order)
+				if err != nil {
+					return "", err
+				}
+				if t.RowsAffected() == 0 {
+					return "already paid", nil
+				}
+				_, err = tx.Exec(ctx, `INSERT INTO example_charges (amount) VALUES (1000)`)
+				return "charged", err
+			}, exampleTable)
+			return err
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return answer
+	}
+	fmt.Println(pay()) // the first request
+	fmt.Println(pay()) // the client's retry: the first answer again
+	// Output:
+	// charged
+	// charged
 }
