@@ -101,7 +101,7 @@ func onceFunc(ctx context.Context, pool *pgxpool.Pool, n int) []string {
 // onceHTTP serves chargeHandler behind the middleware (waiting mode) and
 // sends it n identical requests at once.
 func onceHTTP(pool *pgxpool.Pool, n int) []string {
-	mw, err := idem.Middleware(pool, idem.WithWait())
+	mw, err := idem.Middleware(pool, idem.WithWait(), idem.WithScope(func(*http.Request) string { return "" }))
 	if err != nil {
 		return []string{"error: " + err.Error()}
 	}

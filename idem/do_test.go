@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -368,7 +369,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if err := idem.Migrate(ctx, (*sql.DB)(nil)); !errors.Is(err, sqlock.ErrNilHandle) {
 		t.Fatalf("Migrate(nil): %v", err)
 	}
-	if _, err := idem.Middleware((*sql.DB)(nil)); !errors.Is(err, sqlock.ErrNilHandle) {
+	if _, err := idem.Middleware((*sql.DB)(nil), idem.WithScope(func(*http.Request) string { return "" })); !errors.Is(err, sqlock.ErrNilHandle) {
 		t.Fatalf("Middleware(nil): %v", err)
 	}
 }

@@ -235,7 +235,7 @@ func ExampleTxFrom() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	mw, err := idem.Middleware(db, exampleTable)
+	mw, err := idem.Middleware(db, exampleTable, idem.WithScope(func(*http.Request) string { return "" })) // one client
 	if err != nil {
 		log.Fatal(err)
 	}

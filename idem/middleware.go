@@ -39,20 +39,24 @@ import (
 //   - while the first request is in progress, another with its key is
 //     answered 409 at once, or waits for it and replays ([WithWait]).
 //
-// Keys are per scope ([WithScope]: the authenticated principal) and are
-// kept for [WithRetention]; run [Sweep] periodically to delete old ones.
+// Keys are per scope ([WithScope], required: the authenticated principal)
+// and are kept for [WithRetention]; run [Sweep] periodically to delete old
+// ones.
 //
 // The trade-off of the transaction form: the handler holds a connection
 // and a transaction for its whole run, and only its writes in that
 // transaction are undone with the key. For calls to other services, pass
 // the key on to them.
 //
-// A bad option is an error matching [sqlock.ErrInvalidOption]; a nil db
-// one matching [sqlock.ErrNilHandle].
+// A bad or missing option is an error matching [sqlock.ErrInvalidOption];
+// a nil db one matching [sqlock.ErrNilHandle].
 func Middleware[DB Handle](db DB, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if c.scope == nil {
+		return nil, invalid("Middleware needs WithScope: the request's principal, so that one client's key never replays another's response")
 	}
 	m := &middleware{cfg: c, st: buildStatements(c.table), begin: beginner(db)}
 	if m.begin == nil {

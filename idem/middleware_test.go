@@ -170,7 +170,7 @@ func checkOneRunAndReplays(t *testing.T, db *pgtest.DB, runs *atomic.Int32, res 
 func TestMiddlewareInProgressIs409(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)
-	mw, err := idem.Middleware(db.Pool())
+	mw, err := idem.Middleware(db.Pool(), idem.WithScope(func(*http.Request) string { return "" }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,9 +291,12 @@ func TestMiddlewareBadKeysAre400(t *testing.T) {
 		t.Fatalf("over-long body: %+v", r)
 	}
 	for _, o := range []idem.Option{idem.WithHeader(""), idem.WithMethods(), idem.WithMaxBody(0), idem.WithScope(nil), idem.WithFingerprint(nil)} {
-		if _, err := idem.Middleware(db.Pool(), o); !errors.Is(err, sqlock.ErrInvalidOption) {
+		if _, err := idem.Middleware(db.Pool(), idem.WithScope(func(*http.Request) string { return "" }), o); !errors.Is(err, sqlock.ErrInvalidOption) {
 			t.Fatalf("bad option: %v", err)
 		}
+	}
+	if _, err := idem.Middleware(db.Pool()); !errors.Is(err, sqlock.ErrInvalidOption) {
+		t.Fatalf("no WithScope: %v", err)
 	}
 }
 
@@ -302,7 +305,7 @@ func TestMiddlewareBadKeysAre400(t *testing.T) {
 func TestMiddlewareFailuresLeaveKeyFree(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)
-	mw, err := idem.Middleware(db.Pool())
+	mw, err := idem.Middleware(db.Pool(), idem.WithScope(func(*http.Request) string { return "" }))
 	if err != nil {
 		t.Fatal(err)
 	}

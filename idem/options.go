@@ -33,7 +33,7 @@ type config struct {
 	optional bool
 	wait     bool
 	maxBody  int64
-	scope    func(*http.Request) string
+	scope    func(*http.Request) string // nil: not given (Middleware refuses)
 	finger   func(r *http.Request, body []byte) []byte
 	keep     []string
 }
@@ -48,7 +48,6 @@ func buildConfig(opts []Option) (config, error) {
 		header:    "Idempotency-Key",
 		methods:   map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		maxBody:   1 << 20,
-		scope:     func(*http.Request) string { return "" },
 		finger:    defaultFingerprint,
 		keep:      []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "ETag", "Last-Modified"},
 	}
@@ -179,9 +178,11 @@ func WithMaxBody(n int64) Option {
 
 // WithScope sets the function that gives a request's scope ([Middleware]):
 // the authenticated principal (tenant, user, API key), so that the same key
-// from two principals is two keys. The default puts every request in one
-// scope, "", which is right only for a single-client service. The scope is
-// at most 255 bytes; a longer one is answered 500.
+// from two principals is two keys. [Middleware] requires it: with one scope
+// for everybody, a client that sends another's key and request would be
+// replayed the other's response. A service with a single client says so
+// with a function returning "". The scope is at most 255 bytes; a longer
+// one is answered 500.
 func WithScope(scope func(r *http.Request) string) Option {
 	return func(c *config) error {
 		if scope == nil {
