@@ -383,3 +383,76 @@ func TestMiddlewareOptions(t *testing.T) {
 		t.Fatalf("POST is not among the methods: %+v, %d runs", r, s.runs.Load())
 	}
 }
+
+// TestMiddlewareConcurrentReplaysAreNot409: in the default (409) mode,
+// requests replaying a recorded key at the same time all get the replay —
+// a replay takes no lock another replay could find taken.
+func TestMiddlewareConcurrentReplaysAreNot409(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	s := newServer(t, db, false)
+	first := s.post(t, "alice", "k", "x")
+	res := make([]response, 32)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res[i] = s.post(t, "alice", "k", "x")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, r := range res {
+		if r.status != first.status || r.body != first.body || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay %d: %d %s", i, r.status, r.body)
+		}
+	}
+}
+
+// TestMiddlewareConcurrentIdenticalRequestsIn409Mode: 64 identical
+// requests at once in the default mode: the handler runs once; every other
+// request gets 409 (the first still running) or the replay, byte for byte.
+func TestMiddlewareConcurrentIdenticalRequestsIn409Mode(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	s := newServer(t, db, false)
+	res := make([]response, 64)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res[i] = s.post(t, "alice", "k", "x")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var first *response
+	conflicts, replays := 0, 0
+	for i := range res {
+		switch {
+		case res[i].status == http.StatusConflict:
+			conflicts++
+		case res[i].header.Get("Idempotent-Replayed") == "true":
+			replays++
+		case first == nil:
+			first = &res[i]
+		default:
+			t.Fatal("two first responses")
+		}
+	}
+	if first == nil || s.runs.Load() != 1 || count(t, db, `SELECT count(*) FROM effects`) != 1 {
+		t.Fatalf("first %v, %d runs", first, s.runs.Load())
+	}
+	for _, r := range res {
+		if r.status != http.StatusConflict && (r.status != first.status || r.body != first.body) {
+			t.Fatalf("response %+v differs from the first %+v", r, *first)
+		}
+	}
+	t.Logf("1 execution, %d replays, %d conflicts", replays, conflicts)
+}

@@ -126,25 +126,27 @@ func buildStatements(t tableName) statements {
 	// still being written by another transaction makes the INSERT wait for
 	// that transaction (the unique index queues it); if it commits, the
 	// INSERT does nothing and the row, committed after this statement's
-	// snapshot, is read by the read statement that follows. claimTry first
-	// tries a transaction advisory lock on the key, which every
-	// middleware request holds while its handler runs: if another holds it,
-	// nothing is inserted and the request is answered 409 without waiting.
-	const tmpl = `WITH lk AS (SELECT %[2]s AS got),
+	// snapshot, is read by the read statement that follows. claimTry, when
+	// no committed row is visible, first tries a transaction advisory lock
+	// on the key, which every middleware request that executes holds while
+	// its handler runs: if another holds it, nothing is inserted and the
+	// request is answered 409 without waiting. A replay of a committed row
+	// takes no lock, so concurrent replays never see each other as busy.
+	const tmpl = `WITH cur AS (
+  SELECT fingerprint, result, expires_at <= clock_timestamp() AS expired FROM %[1]s WHERE scope = $1 AND key = $2
+), lk AS (SELECT %[2]s AS got),
 ins AS (
   INSERT INTO %[1]s (scope, key, fingerprint, expires_at)
   SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond' FROM lk WHERE lk.got
   ON CONFLICT (scope, key) DO NOTHING
   RETURNING 1
-), cur AS (
-  SELECT fingerprint, result, expires_at <= clock_timestamp() AS expired FROM %[1]s WHERE scope = $1 AND key = $2
 )
 SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM cur),
   coalesce((SELECT fingerprint FROM cur), ''), coalesce((SELECT result FROM cur), ''),
   coalesce((SELECT result IS NULL FROM cur), true), coalesce((SELECT expired FROM cur), false)`
 	return statements{
 		claim:    fmt.Sprintf(tmpl, t, "true"),
-		claimTry: fmt.Sprintf(tmpl, t, "pg_try_advisory_xact_lock($5::bigint)"),
+		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_try_advisory_xact_lock($5::bigint) END"),
 		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp()
 FROM %s WHERE scope = $1 AND key = $2`, t),
 		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),
