@@ -467,19 +467,17 @@ func (p *Plugin) beforeUpdate(db *gorm.DB) {
 	stmt.Clauses[stateKey] = clause.Clause{Expression: g}
 }
 
-// guardOf returns the statement's guard, if a before-callback left one.
-func guardOf(stmt *gorm.Statement) *guard {
-	c, ok := stmt.Clauses[stateKey]
-	if !ok {
-		return nil
-	}
-	g, _ := c.Expression.(*guard)
-	return g
+// stateOf returns the state a before-callback left on the statement for
+// its after-callback (a *guard for updates and deletes, a *createState for
+// creates), or nil.
+func stateOf[T clause.Expression](stmt *gorm.Statement) T {
+	st, _ := stmt.Clauses[stateKey].Expression.(T)
+	return st
 }
 
 func (p *Plugin) afterUpdate(db *gorm.DB) {
 	stmt := db.Statement
-	g := guardOf(stmt)
+	g := stateOf[*guard](stmt)
 	if g == nil {
 		return
 	}
@@ -546,7 +544,7 @@ func (p *Plugin) beforeDelete(db *gorm.DB) {
 
 func (p *Plugin) afterDelete(db *gorm.DB) {
 	stmt := db.Statement
-	g := guardOf(stmt)
+	g := stateOf[*guard](stmt)
 	if g == nil {
 		return
 	}
@@ -574,7 +572,7 @@ func (p *Plugin) afterDelete(db *gorm.DB) {
 // keeps them; inside Transaction it is recorded for undo on rollback.
 func (p *Plugin) finish(db *gorm.DB) {
 	stmt := db.Statement
-	g := guardOf(stmt)
+	g := stateOf[*guard](stmt)
 	if g == nil {
 		return
 	}
@@ -1044,20 +1042,11 @@ func (cs *createState) restoreStatement(stmt *gorm.Statement) {
 	}
 }
 
-func createStateOf(stmt *gorm.Statement) *createState {
-	c, ok := stmt.Clauses[stateKey]
-	if !ok {
-		return nil
-	}
-	cs, _ := c.Expression.(*createState)
-	return cs
-}
-
 // afterCreate runs right after GORM's INSERT: it notes whether the
 // INSERT ran and gives the caller's chain back its settings.
 func (p *Plugin) afterCreate(db *gorm.DB) {
 	stmt := db.Statement
-	cs := createStateOf(stmt)
+	cs := stateOf[*createState](stmt)
 	if cs == nil {
 		return
 	}
@@ -1102,7 +1091,7 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 // and did not hold gives its structs their zero version back.
 func (p *Plugin) finishCreate(db *gorm.DB) {
 	stmt := db.Statement
-	cs := createStateOf(stmt)
+	cs := stateOf[*createState](stmt)
 	if cs == nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -99,8 +100,17 @@ func (b sqlBackend) listen(ctx context.Context, channel string, ready func(), no
 
 type pgxBackend struct{ p *pgxpool.Pool }
 
+// The pgx backend sends a statement once more when the first try failed
+// before anything reached the server (pgconn.SafeToRetry: a pooled
+// connection the network broke while it sat idle). Without it a Release
+// after a network blip would leave the lease to its TTL, and an Acquire
+// fail, for a statement the server never saw. database/sql does the same
+// by itself (driver.ErrBadConn).
 func (b pgxBackend) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
 	err := b.p.QueryRow(ctx, query, args...).Scan(dest...)
+	if neverSent(ctx, err) {
+		err = b.p.QueryRow(ctx, query, args...).Scan(dest...)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errNoRows
 	}
@@ -109,7 +119,16 @@ func (b pgxBackend) queryRow(ctx context.Context, query string, args []any, dest
 
 func (b pgxBackend) exec(ctx context.Context, query string) error {
 	_, err := b.p.Exec(ctx, query)
+	if neverSent(ctx, err) {
+		_, err = b.p.Exec(ctx, query)
+	}
 	return err
+}
+
+// neverSent reports whether err says the statement never reached the
+// server and the context still allows another try.
+func neverSent(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && pgconn.SafeToRetry(err)
 }
 
 func (b pgxBackend) listen(ctx context.Context, channel string, ready func(), notify func(string)) error {

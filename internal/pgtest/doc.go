@@ -31,6 +31,17 @@
 // owned by a watchdog shell that stops it and removes its directory when the
 // test binary goes away.
 //
+// StartReplicaSet (NewReplicaSet in a test) starts a primary and a
+// streaming hot standby made from it with pg_basebackup and a replication
+// slot, synchronous or asynchronous, each on its own free port and owned by
+// its own watchdog; the standby's directory is inside the primary's, so
+// every exit path removes both. Its DSN names both hosts with
+// target_session_attrs=read-write, so a pool follows a failover;
+// KillPrimary stops the primary as pg_ctl stop -m immediate does, Promote
+// promotes the standby and waits until it takes writes, Failover does
+// both, WaitReplay waits until the standby has replayed what the primary
+// wrote, and Lag reports the standby's flush lag in bytes.
+//
 // Fault levers: TerminateBackend works on any server the tests may
 // administer; Stop, Start and Restart only on a cluster this process owns,
 // and tests that use them should start a private one with StartCluster so
