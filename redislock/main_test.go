@@ -37,12 +37,17 @@ func TestMain(m *testing.M) {
 				os.Exit(1)
 			}
 			addrs = append(addrs, s.Addr)
+			exampleServers = append(exampleServers, s)
 		}
 		os.Setenv("REDIS_ADDR", addrs[0])
 		os.Setenv("REDLOCK_ADDRS", strings.Join(addrs, ","))
 	}
 	pgtest.Main(m)
 }
+
+// exampleServers keeps the examples' servers reachable: a Server that is
+// garbage collected closes its watchdog's pipe, which stops it.
+var exampleServers []*redistest.Server
 
 // leakCheck must be called first in a test: its cleanup then runs after
 // every client of the test is closed, and fails the test if a goroutine

@@ -103,7 +103,9 @@ func NewN(tb testing.TB, n int, opts Options) []*Server {
 }
 
 // Start starts a server. Close stops it and removes its directory; if the
-// process dies first, the watchdog does the same.
+// process dies first, the watchdog does the same — and so does the garbage
+// collector if the Server becomes unreachable (its pipe is closed): keep
+// it referenced while it is used.
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	bin, err := findBinary()
 	if err != nil {
