@@ -240,9 +240,12 @@ func (l *Lock) Context(parent context.Context) (context.Context, context.CancelF
 	return l.hold.Context(sqlock.WithFencingToken(parent, l.token))
 }
 
-// Release deletes the lock if it is still this holder's; see the hold's
-// rules: nil if the server confirmed, [ErrNotHeld] if it was not ours any
-// more or Release already ran, otherwise Redis's error.
+// Release stops the renewals and deletes the key if it is still this
+// holder's (an owner-checked script), detached from ctx's cancellation with
+// a bound of its own, so a cancelled request still releases. It returns nil
+// if the server confirmed; an error matching [ErrNotHeld] if the key had
+// expired or been taken over (nothing changed) or Release already ran;
+// otherwise Redis's error (the key then expires by its TTL).
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return &Error{Op: "release", Err: ErrNotHeld, Cause: errors.New("nil lock")}
