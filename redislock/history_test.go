@@ -180,7 +180,7 @@ func TestHistoriesAreLinearizableAgainstALockGuardingAFencedRegister(t *testing.
 							continue
 						}
 						if faults { // the holder's work, during which its key may go
-							time.Sleep(time.Duration(rand.IntN(8000)) * time.Microsecond)
+							time.Sleep(time.Duration(rand.IntN(30000)) * time.Microsecond)
 						}
 						rec.do(cl, opIn{kind: opHeld, client: cl}, func() opOut { return opOut{ok: l.Err() == nil} })
 						v := cl*1000 + r + 1

@@ -146,14 +146,15 @@ type majority struct {
 	ttl   time.Duration
 }
 
-// stepDivisor bounds each server's command to ttl/stepDivisor: a server
-// that stops answering must not hold up an attempt or a renewal for more
-// than a part of the lock's validity (the algorithm's per-instance
-// timeout).
+// stepDivisor bounds each server's acquiring command to ttl/stepDivisor: a
+// server that stops answering must not hold up an attempt for more than a
+// part of the lock's validity (the algorithm's per-instance timeout). A
+// renewal or a release returns once a majority answered, so its commands
+// are bounded only by the TTL (and the caller's deadline).
 const stepDivisor = 3
 
-// each runs f on every server in parallel, each bounded by ttl/stepDivisor,
-// and returns how many said yes, how many said no, and the errors of the
+// each runs f on every server in parallel, each bounded by bound and ctx's
+// deadline, and returns how many said yes, how many said no, and the errors of the
 // others. It returns as soon as a majority said yes, and when anyHow is
 // set also as soon as too many said no (or failed) for one to. Commands
 // still out then finish in the background within their bound — a DEL
@@ -161,11 +162,11 @@ const stepDivisor = 3
 // nothing while a majority answers. A failed acquisition waits for every
 // answer (anyHow false): its clean-up must not overtake a SET still on its
 // way, which would leave the key set until its TTL.
-func (m *majority) each(ctx context.Context, anyHow bool, f func(context.Context, redis.UniversalClient) (bool, error)) (yes, no int, err error) {
+func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f func(context.Context, redis.UniversalClient) (bool, error)) (yes, no int, err error) {
 	// The commands are detached from ctx's cancellation (not its
 	// deadline), so that those left behind still arrive.
 	parent := ctx
-	until := time.Now().Add(m.ttl / stepDivisor)
+	until := time.Now().Add(bound)
 	if d, ok := parent.Deadline(); ok && d.Before(until) {
 		until = d
 	}
@@ -216,14 +217,14 @@ func (m *majority) each(ctx context.Context, anyHow bool, f func(context.Context
 func (m *majority) try(ctx context.Context, until time.Time) (granted, answered int, err error) {
 	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	yes, no, err := m.each(ctx, false, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+	yes, no, err := m.each(ctx, false, m.ttl/stepDivisor, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		return c.SetNX(ctx, m.key, m.owner, m.ttl).Result()
 	})
 	return yes, yes + no, err
 }
 
 func (m *majority) extend(ctx context.Context) (refused bool, err error) {
-	yes, no, err := m.each(ctx, true, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+	yes, no, err := m.each(ctx, true, m.ttl, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		n, err := retakeScript.Run(ctx, c, []string{m.key}, m.owner, m.ttl.Milliseconds()).Int64()
 		return n == 1, err
 	})
@@ -237,7 +238,7 @@ func (m *majority) extend(ctx context.Context) (refused bool, err error) {
 }
 
 func (m *majority) release(ctx context.Context) (notHeld bool, err error) {
-	yes, no, err := m.each(ctx, false, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
+	yes, no, err := m.each(ctx, false, m.ttl, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		n, err := releaseScript.Run(ctx, c, []string{m.key}, m.owner).Int64()
 		return n == 1, err
 	})
