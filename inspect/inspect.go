@@ -33,7 +33,7 @@ type Queryer interface {
 // Snapshot is what the server showed at one moment.
 type Snapshot struct {
 	At     time.Time // the server's now()
-	Locks  []Lock    // advisory locks in the current database: holders first, then waiters by wait
+	Locks  []Lock    // advisory locks of the current database, grouped by key (see Take)
 	Leases []Lease   // rows of the lease table, if it exists
 }
 
@@ -166,7 +166,9 @@ func validIdent(s string) bool {
 }
 
 // Take reads the advisory locks of q's current database, who holds and
-// who waits for each, and the leases. It runs three or four read-only
+// who waits for each, and the leases. Locks come grouped by key, the key
+// with the longest wait first; in each group the holders, then the waiters,
+// longest wait first. It runs three or four read-only
 // statements and takes no lock. Errors: [ErrPrivilege];
 // [sqlock.ErrUnsupported] for a server that is not PostgreSQL 9.6 or later;
 // [sqlock.ErrNilHandle], [sqlock.ErrInvalidOption]; the driver's error
@@ -315,23 +317,46 @@ func readLocks(ctx context.Context, q Queryer, srv server, c *config, s *Snapsho
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("inspect: read pg_locks: %w", err)
 	}
-	// Holders first, then the longest waits.
-	slices.SortStableFunc(s.Locks, func(a, b Lock) int {
-		switch {
-		case a.Granted != b.Granted:
+	sortLocks(s.Locks)
+	return hidden, nil
+}
+
+// sortLocks groups the locks by key, the key with the longest wait first
+// (then by key); in each group the holders come first, then the waiters,
+// longest wait first.
+func sortLocks(ls []Lock) {
+	longest := map[advisory.Key]time.Duration{}
+	for _, l := range ls {
+		k := l.Key
+		if !l.Granted && l.For > longest[k] {
+			longest[k] = l.For
+		}
+	}
+	slices.SortStableFunc(ls, func(a, b Lock) int {
+		if c := cmpDesc(longest[a.Key], longest[b.Key]); c != 0 {
+			return c
+		}
+		if c := a.Key.Compare(b.Key); c != 0 {
+			return c
+		}
+		if a.Granted != b.Granted {
 			if a.Granted {
 				return -1
 			}
 			return 1
-		case !a.Granted && a.For != b.For:
-			if a.For > b.For {
-				return -1
-			}
-			return 1
 		}
-		return 0
+		return cmpDesc(a.For, b.For)
 	})
-	return hidden, nil
+}
+
+func cmpDesc(a, b time.Duration) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }
 
 // resolve turns a pg_locks locktag into a Key, named when a known name

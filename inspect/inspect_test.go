@@ -38,6 +38,7 @@ func TestTakeShowsHoldersWaitersAndTheBlockingChain(t *testing.T) {
 	var pidA int
 	waitUntil(t, "A holds the seat", func() bool {
 		probe.QueryRow(ctx, `SELECT coalesce(min(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND objid = $1::int8 & 4294967295`, keyArg(seat)).Scan(&pidA)
 		return pidA != 0
 	})
