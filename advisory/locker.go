@@ -343,7 +343,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 			sess.destroy()
 		}
 		if err != nil {
-			l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Shared: shared,
+			l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Name: key.text, Shared: shared,
 				Outcome: outcome(err), Wait: time.Since(start), Err: err})
 		}
 	}()
@@ -399,7 +399,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	lk := newLock(l, key, shared, sess, args, time.Now())
 	// Report before handing over: should the observer panic, the deferred
 	// destroy still ends the session.
-	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Shared: shared,
+	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Name: key.text, Shared: shared,
 		Outcome: observe.Acquired, Wait: lk.acquired.Sub(start)})
 	sess = nil
 	lk.start()
