@@ -32,14 +32,13 @@ func keyCmd(ctx context.Context, args []string, e env) error {
 	w := e.stdout
 	fmt.Fprintf(w, "name     %s\n", name)
 	fmt.Fprintf(w, "key      %d   advisory.KeyOf, = hashtextextended(%s, 0)\n", n, lit)
-	fmt.Fprintf(w, "halves   %d, %d   high and low int4 (pg_locks: classid %d, objid %d, objsubid 1)\n",
-		int32(n>>32), int32(n), classid, objid)
+	fmt.Fprintf(w, "halves   %d, %d   high and low int4\n", int32(n>>32), int32(n))
+	fmt.Fprintf(w, "pg_locks classid %d, objid %d, objsubid 1\n", classid, objid)
 	fmt.Fprintf(w, "32-bit   %d   advisory.KeyText, = hashtext(%s): another lock\n", t32, lit)
 	fmt.Fprintf(w, "\nSQL that takes the same lock:\n")
-	fmt.Fprintf(w, "  SELECT pg_advisory_lock(%d);             -- session; pg_advisory_unlock to release\n", n)
-	fmt.Fprintf(w, "  SELECT pg_advisory_xact_lock(hashtextextended(%s, 0));  -- until COMMIT/ROLLBACK\n", lit)
-	fmt.Fprintf(w, "(the halves are not a key: pg_advisory_lock(%d, %d) is another lock in the int4-pair space)\n",
-		int32(n>>32), int32(n))
+	fmt.Fprintf(w, "  SELECT pg_advisory_lock(%d);  -- a session lock, until pg_advisory_unlock\n", n)
+	fmt.Fprintf(w, "  SELECT pg_advisory_xact_lock(hashtextextended(%s, 0));  -- until the transaction ends\n", lit)
+	fmt.Fprintf(w, "(not pg_advisory_lock(%d, %d): two int4 are another key space)\n", int32(n>>32), int32(n))
 
 	if *dsn == "" && e.getenv("DATABASE_URL") == "" {
 		fmt.Fprintln(e.stderr, "sqlock: no --dsn or DATABASE_URL: holders not shown")

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
@@ -35,6 +36,12 @@ func TestKeyPrintsTheServersKeyAndItsHolder(t *testing.T) {
 	halves := "halves   " + strconv.Itoa(int(int32(server>>32))) + ", " + strconv.Itoa(int(int32(server)))
 	mustContain(t, r.stdout, halves, "SELECT pg_advisory_lock("+strconv.FormatInt(server, 10)+")",
 		"hashtextextended('booking:seat-42', 0)", "not held now")
+
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if utf8.RuneCountInString(l) > 100 {
+			t.Errorf("line of %d columns: %q", utf8.RuneCountInString(l), l)
+		}
+	}
 
 	holder := session(t, db, "booking-api")
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended('booking:seat-42', 0))"); err != nil {
