@@ -36,8 +36,8 @@ func keyCmd(ctx context.Context, args []string, e env) error {
 	fmt.Fprintf(w, "pg_locks classid %d, objid %d, objsubid 1\n", classid, objid)
 	fmt.Fprintf(w, "32-bit   %d   advisory.KeyText, = hashtext(%s): another lock\n", t32, lit)
 	fmt.Fprintf(w, "\nSQL that takes the same lock:\n")
-	fmt.Fprintf(w, "  SELECT pg_advisory_lock(%d);  -- a session lock, until pg_advisory_unlock\n", n)
-	fmt.Fprintf(w, "  SELECT pg_advisory_xact_lock(hashtextextended(%s, 0));  -- until the transaction ends\n", lit)
+	fmt.Fprintf(w, "  SELECT pg_advisory_lock(%d);  -- session: until pg_advisory_unlock\n", n)
+	fmt.Fprintf(w, "  SELECT pg_advisory_xact_lock(hashtextextended(%s, 0));  -- transaction\n", lit)
 	fmt.Fprintf(w, "(not pg_advisory_lock(%d, %d): two int4 are another key space)\n", int32(n>>32), int32(n))
 
 	if *dsn == "" && e.getenv("DATABASE_URL") == "" {
