@@ -78,7 +78,9 @@ type Lock struct {
 	Scope Scope
 	// For is how long the lock has been waited for (exact: pg_locks.waitstart)
 	// or held. A hold is exact when the holder's last statement was the lock
-	// call and it has run nothing since (held since that statement ended);
+	// call that took it — the session holds no other advisory lock, or the
+	// statement names the key — and it has run nothing since (held since that
+	// statement ended);
 	// otherwise For is an upper bound (AtMost): since the transaction began
 	// for a transaction lock, since the session began for the rest.
 	For    time.Duration
@@ -283,6 +285,7 @@ func readLocks(ctx context.Context, q Queryer, srv server, c *config, s *Snapsho
 		return 0, fmt.Errorf("inspect: read pg_locks: %w", err)
 	}
 	defer rows.Close()
+	var times []lockTimes
 	for rows.Next() {
 		var (
 			classid, objid                            int64
@@ -311,11 +314,21 @@ func readLocks(ctx context.Context, q Queryer, srv server, c *config, s *Snapsho
 			}
 		}
 		lk.Scope = scopeOf(&lk)
-		lk.For, lk.AtMost = duration(&lk, now, waitStart, since)
 		s.Locks = append(s.Locks, lk)
+		times = append(times, lockTimes{now, waitStart, since})
 	}
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("inspect: read pg_locks: %w", err)
+	}
+	held := map[int]int{} // granted advisory locks per session
+	for _, l := range s.Locks {
+		if l.Granted {
+			held[l.Session.PID]++
+		}
+	}
+	for i := range s.Locks {
+		lk := &s.Locks[i]
+		lk.For, lk.AtMost = duration(lk, times[i], held[lk.Session.PID])
 	}
 	sortLocks(s.Locks)
 	return hidden, nil
@@ -391,24 +404,40 @@ func scopeOf(lk *Lock) Scope {
 	return ScopeUnknown
 }
 
+// lockTimes are the server's clock and the times a row's duration comes from.
+type lockTimes struct {
+	now                    time.Time
+	waitStart, stateChange sql.NullTime
+}
+
 // duration is how long lk has been waited for or held; atMost when it is
-// only an upper bound (see Lock.For).
-func duration(lk *Lock, now time.Time, waitStart, stateChange sql.NullTime) (time.Duration, bool) {
-	since := func(t time.Time) time.Duration { return max(now.Sub(t), 0) }
-	q := strings.ToLower(lk.Session.Query)
+// only an upper bound (see Lock.For). held is how many advisory locks lk's
+// session holds: a hold is taken to have begun when the session's last
+// statement, a lock call, ended only if that call can have taken no other
+// lock of the session's — it holds one, or the call names lk's key.
+func duration(lk *Lock, t lockTimes, held int) (time.Duration, bool) {
+	since := func(at time.Time) time.Duration { return max(t.now.Sub(at), 0) }
 	switch {
-	case !lk.Granted && waitStart.Valid:
-		return since(waitStart.Time), false
+	case !lk.Granted && t.waitStart.Valid:
+		return since(t.waitStart.Time), false
 	case !lk.Granted:
 		return 0, true // before PostgreSQL 14: unknown
-	case stateChange.Valid && lk.Session.State != "active" && strings.Contains(q, "advisory") && strings.Contains(q, "lock"):
-		return since(stateChange.Time), false
+	case t.stateChange.Valid && lk.Session.State != "active" && isLockCall(lk.Session.Query) &&
+		(held == 1 || strings.Contains(lk.Session.Query, string(lk.Key.AppendArgs(nil)))):
+		return since(t.stateChange.Time), false
 	case lk.Scope == ScopeTransaction && !lk.Session.XactStart.IsZero():
 		return since(lk.Session.XactStart), true
 	case !lk.Session.BackendStart.IsZero():
 		return since(lk.Session.BackendStart), true
 	}
 	return 0, true
+}
+
+// isLockCall reports whether query calls an advisory lock function (not an
+// unlock).
+func isLockCall(query string) bool {
+	q := strings.ToLower(query)
+	return strings.Contains(q, "advisory_lock") || strings.Contains(q, "advisory_xact_lock")
 }
 
 func readLeases(ctx context.Context, q Queryer, table string, s *Snapshot) error {

@@ -313,3 +313,63 @@ func TestTakeRefusesBadInput(t *testing.T) {
 		t.Fatalf("%v %+v", err, snap)
 	}
 }
+
+// A hold's time is exact only when the session's last statement is known
+// to have taken that lock; otherwise it is an upper bound.
+func TestHoldTimesAreExactOnlyWhenKnown(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	conn := session(t, db, "two-locks")
+	k1, k2 := advisory.KeyOf("hold:first"), advisory.KeyOf("hold:second")
+	take := func() (a, b inspect.Lock) {
+		t.Helper()
+		snap, err := inspect.Take(ctx, db.SQL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l1, l2 := locksOf(snap, k1), locksOf(snap, k2)
+		if len(l1) != 1 || len(l2) != 1 {
+			t.Fatalf("%+v", snap.Locks)
+		}
+		return l1[0], l2[0]
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", keyArg(k1)); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := inspectOne(t, db, k1); a.AtMost {
+		t.Errorf("the only lock, taken by the last statement: %+v", a)
+	}
+	// A second lock by a statement that does not show its key: neither is known.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", keyArg(k2)); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := take(); !a.AtMost || !b.AtMost {
+		t.Errorf("two locks, key not in the statement: %+v %+v", a, b)
+	}
+	// The statement names its key: that lock is exact, the other a bound.
+	conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", keyArg(k2))
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_advisory_lock(%d)", keyArg(k2))); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := take(); !a.AtMost || b.AtMost || a.For < b.For {
+		t.Errorf("key in the statement: first %+v, second %+v", a, b)
+	}
+	// After an unlock, no hold is exact.
+	conn.Exec(ctx, "SELECT pg_advisory_unlock(1)")
+	if a, b := take(); !a.AtMost || !b.AtMost {
+		t.Errorf("after an unlock: %+v %+v", a, b)
+	}
+}
+
+func inspectOne(t *testing.T, db *pgtest.DB, k advisory.Key) (inspect.Lock, bool) {
+	t.Helper()
+	snap, err := inspect.Take(context.Background(), db.SQL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := locksOf(snap, k)
+	if len(ls) != 1 {
+		t.Fatalf("%+v", snap.Locks)
+	}
+	return ls[0], true
+}

@@ -32,7 +32,7 @@ func ExampleWithTracerProvider() {
 	span.End()
 
 	for _, ev := range rec.Ended()[0].Events() {
-		fmt.Println(ev.Name, ev.Attributes[1].Value.Emit(), ev.Attributes[2].Value.Emit())
+		fmt.Println(ev.Name, ev.Attributes[1].Value.String(), ev.Attributes[2].Value.String())
 	}
 	// Output:
 	// sqlock.retry 1 stale
