@@ -102,11 +102,11 @@ func writeLocks(w io.Writer, s *inspect.Snapshot, slow time.Duration, tty bool) 
 			}
 		}
 	}
-	fmt.Fprintf(w, "advisory locks at %s: %d held, %d waiting", s.At.Format("15:04:05"), held, waiting)
+	head := fmt.Sprintf("advisory locks at %s: %d held, %d waiting", s.At.Format("15:04:05"), held, waiting)
 	if longest != nil {
-		fmt.Fprintf(w, "; longest wait %s on %s", dur(longest.For, false), longest.KeyLabel())
+		head += fmt.Sprintf("; longest wait %s on %s", dur(longest.For, false), longest.KeyLabel())
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintln(w, fit(head, 100))
 	if len(s.Locks) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, row("KEY", "MODE", "SCOPE", "STATE", "PID", "FOR", "APPLICATION@CLIENT", "BLOCKED BY"))
