@@ -39,6 +39,9 @@
 //     [github.com/sqlock/sqlock/txlock] for a lock that lasts one
 //     transaction.
 //
+// [WithKeyNames] records each key's text once, so that
+// [github.com/sqlock/sqlock/inspect] and the sqlock command show names.
+//
 // Options mean what they mean in every sqlock package (see [observe]).
 // Errors are [*Error] values. The how — lock_timeout batches, sweeps after a
 // timeout race, read deadlines, the probe, pool sizing — is docs/advisory.md.

@@ -144,7 +144,7 @@ func (lk *Lock) markLost(cause error) {
 	hold := time.Since(lk.acquired)
 	lk.l.cfg.log.Warn("advisory: lock lost", "key", lk.key.String(), "shared", lk.shared,
 		"hold", hold, "error", cause)
-	lk.l.emit(context.Background(), observe.Event{Kind: observe.LockRelease, Key: lk.key.v,
+	lk.l.emit(context.Background(), observe.Event{Kind: observe.LockRelease, Key: lk.key.v, Name: lk.key.text,
 		Shared: lk.shared, Outcome: observe.Lost, Hold: hold, Err: err})
 }
 
@@ -224,7 +224,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 	}
 	hold := time.Since(lk.acquired)
 	lk.l.est.ObserveHold(hold)
-	lk.l.emit(ctx, observe.Event{Kind: observe.LockRelease, Key: lk.key.v, Shared: lk.shared,
+	lk.l.emit(ctx, observe.Event{Kind: observe.LockRelease, Key: lk.key.v, Name: lk.key.text, Shared: lk.shared,
 		Outcome: observe.Released, Hold: hold})
 	return nil
 }

@@ -37,8 +37,9 @@ type Locker struct {
 	cfg config
 	err error // from New: nil handle or invalid option
 
-	keeper *keeper // keepalive checks of the held locks
-	bounds *bounds // wait bounds of acquisitions waiting for a connection
+	keeper *keeper   // keepalive checks of the held locks
+	names  *keyNames // nil unless WithKeyNames
+	bounds *bounds   // wait bounds of acquisitions waiting for a connection
 
 	// est is the round trip and hold time measured on this Locker's
 	// connections (unlocks, keepalives; grant to unlock): what a wait bound
@@ -57,6 +58,7 @@ type config struct {
 	unlockTimeout time.Duration
 	obs           observe.Observer
 	log           *slog.Logger
+	keyNames      bool
 }
 
 // Option configures a Locker.
@@ -189,6 +191,9 @@ func newLocker(b backend, opts []Option) *Locker {
 	}
 	l.keeper = newKeeper(l.cfg.keepalive)
 	l.bounds = newBounds()
+	if l.cfg.keyNames {
+		l.names = &keyNames{}
+	}
 	return l
 }
 
@@ -338,7 +343,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 			sess.destroy()
 		}
 		if err != nil {
-			l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Shared: shared,
+			l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Name: key.text, Shared: shared,
 				Outcome: outcome(err), Wait: time.Since(start), Err: err})
 		}
 	}()
@@ -364,6 +369,9 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
 	}
 	sess = s
+	if l.names != nil {
+		l.names.record(w.ctx, sess, key, w.end, l.cfg.log)
+	}
 
 	args := keyArgs(key)
 	granted, stmtEnd, err := l.lockStatement(ctx, sess, key, shared, try, args, &w)
@@ -391,7 +399,7 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	lk := newLock(l, key, shared, sess, args, time.Now())
 	// Report before handing over: should the observer panic, the deferred
 	// destroy still ends the session.
-	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Shared: shared,
+	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Name: key.text, Shared: shared,
 		Outcome: observe.Acquired, Wait: lk.acquired.Sub(start)})
 	sess = nil
 	lk.start()

@@ -65,6 +65,7 @@ type Event struct {
 	Kind    Kind
 	Source  string // the reporting package: "advisory", "txlock", "versioned", "retry", …
 	Key     int64  // the lock key, for lock events
+	Name    string // the text Key was made from, where the reporter knows it (advisory.KeyOf)
 	Shared  bool   // a shared (read) lock
 	Outcome Outcome
 	Wait    time.Duration // time spent waiting for a lock, or the backoff before a retry
@@ -148,6 +149,9 @@ func (s slogObserver) Observe(ctx context.Context, e Event) {
 	if e.Kind == LockAcquire || e.Kind == LockRelease {
 		attrs = append(attrs, slog.Int64("key", e.Key), slog.Bool("shared", e.Shared),
 			slog.String("outcome", e.Outcome.String()))
+		if e.Name != "" {
+			attrs = append(attrs, slog.String("name", e.Name))
+		}
 	}
 	if e.Wait != 0 {
 		attrs = append(attrs, slog.Duration("wait", e.Wait))

@@ -71,6 +71,12 @@ func TestRecordsEveryEventKind(t *testing.T) {
 			t.Errorf("acquisitions{outcome=%s} = %d, want %d", outcome, got, want)
 		}
 	}
+	if got := sumWhere(t, ms["sqlock.lock.timeouts"], "outcome", "timeout"); got != 1 {
+		t.Errorf("timeouts = %d", got)
+	}
+	if _, ok := ms["sqlock.lock.waiters"]; ok {
+		t.Error("the waiters gauge is on without WithWaiters")
+	}
 	if got := sumWhere(t, ms["sqlock.lock.lost"], "outcome", "lost"); got != 1 {
 		t.Errorf("lost = %d", got)
 	}

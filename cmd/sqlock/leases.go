@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/sqlock/sqlock/inspect"
+)
+
+func leasesCmd(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("leases", flag.ContinueOnError)
+	dsn := fs.String("dsn", "", "database (default $DATABASE_URL)")
+	asJSON := fs.Bool("json", false, "print as JSON")
+	table := fs.String("table", "sqlock_leases", "the lease table ([schema.]name)")
+	rest, err := flags(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(rest) > 0:
+		return usageError{"leases takes no arguments"}
+	}
+	opt := inspect.WithLeaseTable(*table)
+	db, err := open(ctx, *dsn, e)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	snap, err := inspect.Take(ctx, db, opt) // validates --table first
+	if err != nil {
+		return err
+	}
+	var exists bool
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", *table).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("no lease table %q in this database (package lease's Migrate creates it)", *table)
+	}
+	if *asJSON {
+		snap.Locks = nil
+		return writeJSON(e.stdout, snap)
+	}
+	writeLeaseRows(e.stdout, snap)
+	return nil
+}
+
+func writeLeaseRows(w io.Writer, s *inspect.Snapshot) {
+	fmt.Fprintf(w, "leases: %d\n", len(s.Leases))
+	if len(s.Leases) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n %-30s %10s %8s %9s  %s\n", "NAME", "TOKEN", "HELD", "EXPIRES", "OWNER")
+	for _, l := range s.Leases {
+		exp := "in " + dur(l.ExpiresIn, false)
+		if l.ExpiresIn <= 0 {
+			exp = "expired"
+		}
+		fmt.Fprintf(w, " %-30s %10d %8s %9s  %s\n", fit(l.Name, 30), l.Token, dur(l.Held, false), exp, fit(l.Owner, 36))
+	}
+}

@@ -1,0 +1,93 @@
+package otelobserve_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/inspect"
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/observe/otelobserve"
+)
+
+// The waiters gauge reads the sessions waiting per key from the server at
+// each collection, by the key's name.
+func TestWaitersGaugeCountsWaitersPerKey(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	reader := sdkmetric.NewManualReader()
+	if _, err := otelobserve.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		otelobserve.WithWaiters(db.SQL(), inspect.WithNames("booking:seat-42"))); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := advisory.KeyOf("booking:seat-42").Int64()
+	conns := make([]*pgx.Conn, 3)
+	for i := range conns {
+		c, err := pgx.Connect(ctx, db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	if _, err := conns[0].Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	for _, c := range conns[1:] {
+		go func() {
+			_, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
+			if err == nil { // let the other waiter in
+				_, err = c.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+			}
+			done <- err
+		}()
+	}
+	gauge := func() (n int64) {
+		ms := collect(t, reader)
+		g, ok := ms["sqlock.lock.waiters"].Data.(metricdata.Gauge[int64])
+		if !ok {
+			return 0 // no series: nobody waits
+		}
+		for _, dp := range g.DataPoints {
+			if v, _ := dp.Attributes.Value("sqlock.lock.key"); v.AsString() == "booking:seat-42" {
+				n += dp.Value
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for gauge() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gauge never read 2 waiters (last %d)", gauge())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	conns[0].Exec(ctx, "SELECT pg_advisory_unlock_all()")
+	for i := 0; i < 2; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns {
+		c.Close(ctx)
+	}
+	if n := gauge(); n != 0 {
+		t.Fatalf("after the waits: %d", n)
+	}
+}
+
+func TestNewRefusesNilHandles(t *testing.T) {
+	if _, err := otelobserve.New(nil); !errors.Is(err, sqlock.ErrNilHandle) {
+		t.Errorf("nil provider: %v", err)
+	}
+	if _, err := otelobserve.New(sdkmetric.NewMeterProvider(), otelobserve.WithWaiters(nil)); !errors.Is(err, sqlock.ErrNilHandle) {
+		t.Errorf("nil Queryer: %v", err)
+	}
+}
