@@ -107,8 +107,11 @@ func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, lk.cfg.timeout)
-	defer cancel()
+	if wait { // a single attempt needs no timer of its own
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, lk.cfg.timeout)
+		defer cancel()
+	}
 	keys := []string{key, key + FenceSuffix}
 	var w waiter
 	for {
