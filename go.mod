@@ -17,6 +17,12 @@ require (
 require github.com/anishathalye/porcupine v1.3.1
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	gorm.io/driver/mysql v1.6.0 // indirect
+)
+
+require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/glebarez/sqlite v1.11.0
