@@ -422,3 +422,17 @@ func freePort() (int, error) {
 
 // Dir is the temporary directory of an owned server, removed on Close.
 func (s *Server) Dir() string { return s.dir }
+
+// EnvIncrements scales the no-lost-update tests down for local iteration:
+// the increments each of the 32 goroutines makes (default 300; CI runs the
+// default).
+const EnvIncrements = "SQLOCK_MYSQL_INCREMENTS"
+
+// Increments is the number of increments per goroutine in a no-lost-update
+// test: EnvIncrements when set to a positive number, else 300.
+func Increments() int {
+	if n, err := strconv.Atoi(os.Getenv(EnvIncrements)); err == nil && n > 0 {
+		return n
+	}
+	return 300
+}
