@@ -35,6 +35,9 @@ func Do(ctx context.Context, db DB, key advisory.Key, fn func(ctx context.Contex
 	if fn == nil {
 		return lockedtx.ErrNilFunc
 	}
+	if err := otherEngine(db); err != nil {
+		return err
+	}
 	return lockedtx.Run(ctx, db, key, lockedtx.SQLBegin(db), fn, opts)
 }
 
