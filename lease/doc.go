@@ -24,8 +24,9 @@
 // keeps it from being taken over until the transaction ends: the writes
 // commit only while the lease is held, or the transaction fails with
 // [ErrLost] (aborted on the server). [Lease.QueueGuard] does the same in a
-// pgx batch, with no round trip of its own. This is what stops a holder
-// that was paused past its TTL.
+// pgx batch, and [Lease.BeginGuarded] in the BEGIN of a database/sql
+// transaction (on a *sql.DB from txlock.OpenDB), each with no round trip
+// of its own. This is what stops a holder that was paused past its TTL.
 //
 // A Lease is a [sqlock.Fenced] lock; [Manager.Acquirer] takes leases of one
 // TTL through [sqlock.Acquirer], for code that also runs on advisory locks.

@@ -54,15 +54,8 @@ func (l *Lease) Guard(ctx context.Context, tx any) error {
 		return &Error{Op: "guard", Name: l.name,
 			Cause: errs.New(sqlock.ErrUnsupported, "lease: Guard cannot run in a %T", tx)}
 	}
-	l.checkDeadline()
-	l.mu.Lock()
-	released, lostErr := l.released, l.lostErr
-	l.mu.Unlock()
-	switch {
-	case released:
-		return &Error{Op: "guard", Name: l.name, Err: ErrNotHeld, Cause: errors.New("already released")}
-	case lostErr != nil:
-		return &Error{Op: "guard", Name: l.name, Err: ErrLost, Cause: lostErr}
+	if err := l.localGuardError(); err != nil {
+		return err
 	}
 	var token int64
 	return l.guardResult(run(&token))
@@ -101,6 +94,22 @@ func (l *Lease) QueueGuard(b *pgx.Batch) {
 		var token int64
 		return l.guardResult(r.Scan(&token))
 	})
+}
+
+// localGuardError is Guard's refusal of a lease that is released or
+// locally lost, nil otherwise.
+func (l *Lease) localGuardError() error {
+	l.checkDeadline()
+	l.mu.Lock()
+	released, lostErr := l.released, l.lostErr
+	l.mu.Unlock()
+	switch {
+	case released:
+		return &Error{Op: "guard", Name: l.name, Err: ErrNotHeld, Cause: errors.New("already released")}
+	case lostErr != nil:
+		return &Error{Op: "guard", Name: l.name, Err: ErrLost, Cause: lostErr}
+	}
+	return nil
 }
 
 func (l *Lease) isReleasedOrLost() bool {

@@ -16,12 +16,19 @@ import (
 )
 
 // MinTTL is the shortest TTL a lease may have. A TTL must also span at
-// least 8 of the fastest round trips this Manager has measured.
+// least 8 of the fastest round trips this Manager has measured, once it
+// has measured a few.
 const MinTTL = 10 * time.Millisecond
 
 // ttlRoundTrips is how many of the Manager's measured round trips a TTL
 // must span: a renewal every TTL/3 must have room to be retried.
 const ttlRoundTrips = 8
+
+// rttSamples is how many round trips the Manager measures before it judges
+// a TTL by them: the first ones on a new pool include dialing and
+// authenticating a connection, which can take hundreds of milliseconds on
+// a loaded machine, and would refuse a TTL that is ample.
+const rttSamples = 4
 
 // Manager acquires leases in one table of one database. It is safe for
 // concurrent use; make one per pool and share it.
@@ -32,7 +39,8 @@ type Manager struct {
 	stmt statements
 	ntf  *notifier // nil when polling
 
-	rtt atomic.Int64 // fastest round trip of acquire and renew seen, in ns
+	rtt  atomic.Int64 // fastest round trip of acquire and renew seen, in ns
+	rttN atomic.Int64 // how many round trips were seen
 
 	onPause func() // tests: called when a waiter begins a pause
 }
@@ -221,6 +229,7 @@ const defaultPoll = 50 * time.Millisecond
 // round trip costs, which load (pool waits, row-lock waits, a busy CPU)
 // never raises, so a TTL valid once stays valid.
 func (m *Manager) observeRTT(d time.Duration) {
+	m.rttN.Add(1)
 	for {
 		old := m.rtt.Load()
 		if old != 0 && old <= int64(d) || m.rtt.CompareAndSwap(old, int64(d)) {
@@ -241,7 +250,7 @@ func (m *Manager) check(name string, ttl time.Duration) error {
 	case ttl < MinTTL:
 		return fmt.Errorf("TTL %v is shorter than %v", ttl, MinTTL)
 	}
-	if rtt := time.Duration(m.rtt.Load()); ttl < ttlRoundTrips*rtt {
+	if rtt := time.Duration(m.rtt.Load()); m.rttN.Load() >= rttSamples && ttl < ttlRoundTrips*rtt {
 		return fmt.Errorf("TTL %v is shorter than %d round trips (at least %v each, measured)", ttl, ttlRoundTrips, rtt)
 	}
 	return nil

@@ -54,7 +54,7 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 		{"direct", func(t *testing.T, db *pgtest.DB) (string, string) { return db.DSN, "" }, 320},
 		{"pgbouncer-transaction", func(t *testing.T, db *pgtest.DB) (string, string) {
 			return pgtest.StartPgBouncer(t, db, "transaction") + "&default_query_exec_mode=exec", "10ms"
-		}, 40},
+		}, 320},
 	}
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {

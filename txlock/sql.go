@@ -47,7 +47,8 @@ func Do(ctx context.Context, db DB, key advisory.Key, fn func(ctx context.Contex
 // DoPgx. Everything else behaves as with stdlib.OpenDB, except that
 // sql.Conn.Raw hands out a wrapper of *stdlib.Conn: reach the *pgx.Conn
 // through interface{ Conn() *pgx.Conn }, not a type assertion to
-// *stdlib.Conn.
+// *stdlib.Conn. lease's BeginGuarded sends its guard with BEGIN on these
+// connections too.
 func OpenDB(config pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
 	return sql.OpenDB(WrapConnector(stdlib.GetConnector(config, opts...)))
 }

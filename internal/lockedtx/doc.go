@@ -14,7 +14,9 @@
 //	begin.go   the BeginFunc of a database/sql or pgx handle.
 //	fold.go    BEGIN with the locks in one round trip, where the connection
 //	           allows; the begin step reports whether it folded, and only if
-//	           not does run.go send the lock statements after BEGIN.
+//	           not does run.go send the lock statements after BEGIN. (Its
+//	           RequestBatch folds other statements the same way: lease's
+//	           guard.)
 //	attempt.go one attempt's state: its wait bound (from the caller's
 //	           deadline and the connection's estimates) and the statements
 //	           carrying it.

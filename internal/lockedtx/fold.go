@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,6 +33,10 @@ import (
 //     it in the context — the one hand-off through a context — and the
 //     driver's connection (foldConn, from WrapConnector) answers in the
 //     request whether it folded. Any other driver ignores the request.
+//
+// The request is a beginRequest: an Attempt (the locks), or a
+// BatchRequest (statements another package queues with BEGIN: lease's
+// guard). The connection treats both alike.
 
 // errHeldElsewhere is a try-once's answer that a key is held by another
 // session (pg_try_advisory_xact_lock returned false).
@@ -127,13 +132,68 @@ func BeginSQL[T any](ctx context.Context, a *Attempt, beginTx func(context.Conte
 // request lives in the attempt (one BEGIN per attempt).
 func (a *Attempt) foldRequest(ctx context.Context) context.Context {
 	a.fold.Store(foldOpen)
-	return context.WithValue(ctx, foldRequestKey{}, a)
+	return context.WithValue(ctx, foldRequestKey{}, beginRequest(a))
 }
 
 // folded closes a's request — so that a later BeginTx on a context derived
 // from it (GORM keeps it in the transaction) cannot take it up — and
 // reports whether a connection folded the locks into BEGIN.
 func (a *Attempt) folded() bool { return a.fold.Swap(foldClosed) == foldDone }
+
+func (a *Attempt) foldState() *atomic.Int32 { return &a.fold }
+
+func (a *Attempt) beginFolded(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions) (pgx.Tx, error) {
+	return beginBatch(ctx, conn, a, o)
+}
+
+// beginRequest is a request, carried in the context of a database/sql
+// BeginTx, that the connection send statements in BEGIN's round trip.
+type beginRequest interface {
+	// foldState is the request's state: foldOpen, foldTaken, foldDone,
+	// foldClosed.
+	foldState() *atomic.Int32
+	// beginFolded begins a transaction with o on conn, with the
+	// statements, in one round trip; on failure no transaction is left
+	// open.
+	beginFolded(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions) (pgx.Tx, error)
+}
+
+// BatchRequest is a request that a connection of WrapConnector send the
+// statements queue adds to a pgx batch in BEGIN's round trip: the batch
+// BEGIN, queue's statements, and the results read by the callbacks queue
+// set (QueuedQuery.QueryRow, Exec). An error from one of them fails the
+// BEGIN with that error, the transaction rolled back.
+type BatchRequest struct {
+	queue func(*pgx.Batch)
+	fold  atomic.Int32
+}
+
+// RequestBatch returns ctx carrying a BatchRequest for queue, for one
+// database/sql BeginTx; Folded then says whether BEGIN carried the
+// statements. A driver that does not fold ignores the request.
+func RequestBatch(ctx context.Context, queue func(*pgx.Batch)) (context.Context, *BatchRequest) {
+	r := &BatchRequest{queue: queue}
+	return context.WithValue(ctx, foldRequestKey{}, beginRequest(r)), r
+}
+
+// Folded closes the request, as Attempt.folded does, and reports whether
+// a connection sent the statements with BEGIN.
+func (r *BatchRequest) Folded() bool { return r.fold.Swap(foldClosed) == foldDone }
+
+func (r *BatchRequest) foldState() *atomic.Int32 { return &r.fold }
+
+func (r *BatchRequest) beginFolded(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions) (pgx.Tx, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(o)
+	r.queue(b)
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		abortBegin(ctx, conn)
+		return nil, err
+	}
+	return tx, nil
+}
 
 const (
 	foldOpen   int32 = iota // no connection has folded the locks
@@ -171,32 +231,33 @@ type stdConn = stdlib.Conn
 type foldConn struct{ *stdConn }
 
 func (c *foldConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	a, _ := ctx.Value(foldRequestKey{}).(*Attempt)
-	if a == nil {
+	r, _ := ctx.Value(foldRequestKey{}).(beginRequest)
+	if r == nil {
 		return c.stdConn.BeginTx(ctx, opts)
 	}
+	state := r.foldState()
 	iso, ok := sqlIsolation(opts.Isolation)
-	if !ok || !a.fold.CompareAndSwap(foldOpen, foldTaken) {
+	if !ok || !state.CompareAndSwap(foldOpen, foldTaken) {
 		return c.stdConn.BeginTx(ctx, opts) // the driver's own error for an unknown level
 	}
 	conn := c.Conn()
 	if conn.IsClosed() {
-		a.fold.Store(foldOpen)
+		state.Store(foldOpen)
 		return nil, driver.ErrBadConn
 	}
 	access := ""
 	if opts.ReadOnly {
 		access = "READ ONLY"
 	}
-	tx, err := beginBatch(ctx, conn, a, keywordOptions(iso, access, "", ""))
+	tx, err := r.beginFolded(ctx, conn, keywordOptions(iso, access, "", ""))
 	if err != nil {
-		a.fold.Store(foldOpen)
+		state.Store(foldOpen)
 		if pgconn.SafeToRetry(err) {
 			return nil, driver.ErrBadConn // nothing was sent: database/sql may try another connection
 		}
 		return nil, err
 	}
-	a.fold.Store(foldDone)
+	state.Store(foldDone)
 	return foldTx{ctx, tx}, nil
 }
 
