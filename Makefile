@@ -25,7 +25,7 @@ DEMO_DEPS := postgresql
 .PHONY: test lint deps deps-demo demo bench bench-report fuzz
 
 test: deps lint
-	$(WITHPG) -- $(GO) test -race -count=1 -timeout 20m ./...
+	$(WITHPG) -mariadb -- $(GO) test -race -count=1 -timeout 20m ./...
 
 lint:
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
