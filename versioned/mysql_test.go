@@ -17,7 +17,7 @@ import (
 // The tests in this file run on a real MariaDB (internal/mariatest), with
 // go-sql-driver/mysql's default DSN unless they say otherwise.
 
-const myItemsSchema = `CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, status VARCHAR(20) NULL, version BIGINT NOT NULL DEFAULT 1) ENGINE=InnoDB`
+const myItemsSchema = `CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, status VARCHAR(20) NULL, version BIGINT NOT NULL DEFAULT 1, fence BIGINT NULL) ENGINE=InnoDB`
 
 func myTable(opts ...versioned.Option) *versioned.Table {
 	return versioned.MustTable("items", append([]versioned.Option{versioned.WithDialect(versioned.MySQL)}, opts...)...)
@@ -63,6 +63,17 @@ func TestMySQLProbeReadsTheNewestRowInRepeatableRead(t *testing.T) {
 		}
 		if !se.Probed || se.Gone || se.Current != 5 {
 			t.Fatalf("probe: %+v, want the row at version 5", se)
+		}
+	})
+	t.Run("fenced-deleted", func(t *testing.T) {
+		my.Exec("DELETE FROM items")
+		my.Exec("INSERT INTO items (id, name, status) VALUES (1, 'a', NULL)")
+		tx := snapshotTx(t, db)
+		my.Exec("DELETE FROM items WHERE id = 1")
+		_, err := versioned.Update(ctx, tx, myTable(), 1, int64(1), versioned.Set("name", "b"), versioned.Fence("fence", 7))
+		var se *versioned.StaleError
+		if !errors.As(err, &se) || !se.Probed || !se.Gone {
+			t.Fatalf("fenced write of a deleted row: %#v, want stale, gone", err)
 		}
 	})
 	t.Run("deleted", func(t *testing.T) {
