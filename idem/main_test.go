@@ -1,0 +1,189 @@
+package idem_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/lib/pq"
+	"go.uber.org/goleak"
+
+	"github.com/sqlock/sqlock/idem"
+	"github.com/sqlock/sqlock/internal/pgtest"
+)
+
+// childEnv makes the test binary a worker process (see child_test.go).
+const childEnv = "IDEM_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	// The examples connect to DATABASE_URL, as a program would.
+	if os.Getenv(pgtest.EnvDSN) == "" {
+		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
+		code := m.Run()
+		c.Close()
+		os.Exit(code)
+	}
+	pgtest.Main(m)
+}
+
+// leakCheck must be called first in a test: its cleanup runs after every
+// pool of the test is closed.
+func leakCheck(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		if err := goleak.Find(ignore); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// newDB is a fresh database with the keys table and an effects table that
+// the tests' functions write to (one row per execution).
+func newDB(t testing.TB) *pgtest.DB {
+	t.Helper()
+	db := pgtest.New(t)
+	if err := idem.Migrate(context.Background(), db.Pool()); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(`CREATE TABLE effects (id bigserial PRIMARY KEY, key text NOT NULL, who text)`)
+	return db
+}
+
+// txRunner runs f in a transaction of one driver, committing when f
+// returns nil: the caller's side of idem.Do.
+type txRunner struct {
+	name string
+	open func(t testing.TB, db *pgtest.DB) func(ctx context.Context, f func(tx any, exec func(q string, args ...any) error) error) error
+}
+
+var runners = []txRunner{
+	{"pgx", func(t testing.TB, db *pgtest.DB) func(context.Context, func(any, func(string, ...any) error) error) error {
+		p := openPool(t, db.DSN, nil)
+		return func(ctx context.Context, f func(any, func(string, ...any) error) error) error {
+			return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+				return f(tx, func(q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
+			})
+		}
+	}},
+	{"sql-pgx", sqlRunner("pgx")},
+	{"sql-libpq", sqlRunner("postgres")},
+}
+
+func sqlRunner(driver string) func(testing.TB, *pgtest.DB) func(context.Context, func(any, func(string, ...any) error) error) error {
+	return func(t testing.TB, db *pgtest.DB) func(context.Context, func(any, func(string, ...any) error) error) error {
+		d := openSQL(t, driver, db.DSN)
+		return func(ctx context.Context, f func(any, func(string, ...any) error) error) error {
+			tx, err := d.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if err := f(tx, func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err }); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
+	}
+}
+
+func forEachRunner(t *testing.T, f func(t *testing.T, r txRunner)) {
+	for _, r := range runners {
+		t.Run(r.name, func(t *testing.T) { f(t, r) })
+	}
+}
+
+func openPool(t testing.TB, dsn string, w *wire) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 70
+	if w != nil {
+		cfg.ConnConfig.DialFunc = w.dial
+	}
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func openSQL(t testing.TB, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func count(t testing.TB, db *pgtest.DB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.Pool().QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wire counts round trips on the connections dialled through it: turns,
+// a read after a write.
+type wire struct {
+	mu    sync.Mutex
+	turns int
+}
+
+func (w *wire) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, w: w}, nil
+}
+
+func (w *wire) reset() { w.mu.Lock(); w.turns = 0; w.mu.Unlock() }
+
+func (w *wire) count() int { w.mu.Lock(); defer w.mu.Unlock(); return w.turns }
+
+type countingConn struct {
+	net.Conn
+	w     *wire
+	wrote bool
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	c.w.mu.Lock()
+	c.wrote = true
+	c.w.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.w.mu.Lock()
+	if n > 0 && c.wrote {
+		c.w.turns++
+		c.wrote = false
+	}
+	c.w.mu.Unlock()
+	return n, err
+}

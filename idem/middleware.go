@@ -1,0 +1,299 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
+)
+
+// Middleware returns net/http middleware that makes POST and PATCH
+// requests (see [WithMethods]) idempotent after the IETF httpapi
+// Idempotency-Key draft:
+//
+//   - a request without the Idempotency-Key header ([WithHeader]) is
+//     answered 400 (unless [WithOptionalKey]); a malformed key — not a
+//     string of 1 to [MaxKeyBytes] printable ASCII characters, quoted as a
+//     structured-field string or bare — is answered 400 too;
+//   - the first request with a key runs the handler inside a transaction
+//     the middleware begins on db; the handler's writes join it through
+//     [TxFrom](r.Context()). The response is buffered; if its status is
+//     below 500 it is stored with the key (status, the headers of
+//     [WithReplayHeaders], body) and the transaction committed before the
+//     response is sent — a client never sees a response whose effects did
+//     not commit. A 5xx response, a panic or a failed commit rolls
+//     everything back: the key stays free and a retry runs the handler
+//     again;
+//   - a later request with the same key and the same fingerprint
+//     ([WithFingerprint]: method, path and body by default) gets the stored
+//     response again, byte for byte, with "Idempotent-Replayed: true";
+//     with a different fingerprint it is answered 422 and nothing runs;
+//   - while the first request is in progress, another with its key is
+//     answered 409 at once, or waits for it and replays ([WithWait]).
+//
+// Keys are per scope ([WithScope], required: the authenticated principal)
+// and are kept for [WithRetention]; run [Sweep] periodically to delete old
+// ones.
+//
+// The trade-off of the transaction form: the handler holds a connection
+// and a transaction for its whole run, and only its writes in that
+// transaction are undone with the key. For calls to other services, pass
+// the key on to them.
+//
+// A bad or missing option is an error matching [sqlock.ErrInvalidOption];
+// a nil db one matching [sqlock.ErrNilHandle].
+func Middleware[DB Handle](db DB, opts ...Option) (func(http.Handler) http.Handler, error) {
+	c, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.scope == nil {
+		return nil, invalid("Middleware needs WithScope: the request's principal, so that one client's key never replays another's response")
+	}
+	m := &middleware{cfg: c, st: buildStatements(c.table), begin: beginner(db)}
+	if m.begin == nil {
+		return nil, errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+type txKey struct{}
+
+// TxFrom returns the transaction [Middleware] runs the handler in, from
+// the request's context: a *sql.Tx when the middleware was given a
+// *sql.DB, a pgx.Tx when it was given a *pgxpool.Pool (sqlx:
+// &sqlx.Tx{Tx: tx, Mapper: db.Mapper}; GORM: db.Session with
+// ConnPool: tx). ok is false outside the middleware or for the other type.
+// The handler must neither commit nor roll it back.
+func TxFrom[T any](ctx context.Context) (tx T, ok bool) {
+	tx, ok = ctx.Value(txKey{}).(T)
+	return tx, ok
+}
+
+type middleware struct {
+	cfg   config
+	st    statements
+	begin beginFunc
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.cfg.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header.Values(m.cfg.header)
+	if len(values) == 0 {
+		if m.cfg.optional {
+			next.ServeHTTP(w, r)
+			return
+		}
+		problem(w, http.StatusBadRequest, "missing "+m.cfg.header+" header")
+		return
+	}
+	key, ok := parseKey(values)
+	if !ok {
+		problem(w, http.StatusBadRequest, "malformed "+m.cfg.header+" header: want one string of 1 to 255 printable ASCII characters")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			problem(w, http.StatusRequestEntityTooLarge, "request body too large")
+			return
+		}
+		problem(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	k := keyOf{scope: m.cfg.scope(r), key: key, fingerprint: m.cfg.finger(r, body)}
+	if err := k.check(); err != nil {
+		problem(w, http.StatusInternalServerError, "idempotency scope: "+err.Error())
+		return
+	}
+	m.execute(w, r, next, k)
+}
+
+func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, k keyOf) {
+	ctx := r.Context()
+	conn, tx, commit, err := m.begin(ctx)
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable")
+		return
+	}
+	done := false
+	defer func() {
+		if !done {
+			conn.rollback(ctx) // also when the handler panics
+		}
+	}()
+	cl, err := claim(ctx, conn, m.st, &m.cfg, k, !m.cfg.wait)
+	switch {
+	case errors.Is(err, errBusy):
+		problem(w, http.StatusConflict, "a request with this idempotency key is still in progress")
+		return
+	case errors.Is(err, ErrKeyReused):
+		problem(w, http.StatusUnprocessableEntity, "idempotency key reused with a different request")
+		return
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable")
+		return
+	case cl.replay:
+		var s stored
+		if err := json.Unmarshal(cl.result, &s); err != nil {
+			problem(w, http.StatusInternalServerError, "stored response unreadable")
+			return
+		}
+		s.writeTo(w, true)
+		return
+	}
+	rec := &recorder{header: http.Header{}}
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+	s := rec.stored(m.cfg.keep)
+	if s.Status >= 500 {
+		rec.writeTo(w) // rolled back by the deferred rollback
+		return
+	}
+	data, err := json.Marshal(s)
+	if err == nil {
+		err = conn.exec(ctx, m.st.store, k.scope, k.key, data)
+	}
+	if err == nil {
+		done = true
+		err = commit()
+	}
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "the request's effects did not commit; retry with the same key")
+		return
+	}
+	rec.writeTo(w)
+}
+
+// parseKey reads the key from the header's values: exactly one, an sf-string
+// ("…" with \" and \\ escapes) or, leniently, a bare token, of 1 to
+// MaxKeyBytes printable ASCII characters.
+func parseKey(values []string) (string, bool) {
+	if len(values) != 1 {
+		return "", false
+	}
+	v := strings.TrimSpace(values[0])
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		var b strings.Builder
+		for i := 1; i < len(v)-1; i++ {
+			ch := v[i]
+			if ch == '\\' {
+				i++
+				if i == len(v)-1 || (v[i] != '"' && v[i] != '\\') {
+					return "", false
+				}
+				ch = v[i]
+			} else if ch == '"' {
+				return "", false
+			}
+			b.WriteByte(ch)
+		}
+		v = b.String()
+	} else if strings.ContainsAny(v, "\" ,") {
+		return "", false
+	}
+	if len(v) < 1 || len(v) > MaxKeyBytes {
+		return "", false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return "", false
+		}
+	}
+	return v, true
+}
+
+func defaultFingerprint(r *http.Request, body []byte) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", r.Method, r.URL.Path)
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// problem answers with an RFC 9457 problem document, as the draft's
+// examples do.
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"title": http.StatusText(status), "status": status, "detail": detail})
+}
+
+// stored is a response as kept with its key.
+type stored struct {
+	Status int         `json:"s"`
+	Header http.Header `json:"h,omitempty"`
+	Body   []byte      `json:"b"`
+}
+
+func (s stored) writeTo(w http.ResponseWriter, replayed bool) {
+	for k, v := range s.Header {
+		w.Header()[k] = v
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(s.Status)
+	_, _ = w.Write(s.Body)
+}
+
+// recorder buffers the handler's response until the transaction's outcome
+// is known.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+func (r *recorder) stored(keep []string) stored {
+	s := stored{Status: r.status, Body: r.body.Bytes()}
+	if s.Status == 0 {
+		s.Status = http.StatusOK
+	}
+	for _, k := range keep {
+		if v, ok := r.header[k]; ok {
+			if s.Header == nil {
+				s.Header = http.Header{}
+			}
+			s.Header[k] = v
+		}
+	}
+	return s
+}
+
+// writeTo sends the first response as the handler wrote it (all its
+// headers, not only those kept for replays).
+func (r *recorder) writeTo(w http.ResponseWriter) {
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	s := r.stored(nil)
+	w.WriteHeader(s.Status)
+	_, _ = w.Write(s.Body)
+}

@@ -1,0 +1,234 @@
+package idem
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/lease"
+)
+
+// DefaultTable is the table keys live in unless [WithTable] says otherwise.
+const DefaultTable = "sqlock_idem"
+
+// DefaultRetention is how long a key is kept (and replayed) unless
+// [WithRetention] says otherwise: the IETF draft suggests at least 24 hours.
+const DefaultRetention = 24 * time.Hour
+
+// MaxSweepBatch is the largest batch [Sweep] deletes in one statement.
+const MaxSweepBatch = 1000
+
+type config struct {
+	table     tableName
+	retention time.Duration
+	codec     Codec
+	batch     int
+	leaseTTL  time.Duration
+	onBatch   func(deleted int64, took time.Duration) // tests: each sweep statement's server time
+
+	// Middleware only.
+	header   string
+	methods  map[string]bool
+	optional bool
+	wait     bool
+	maxBody  int64
+	scope    func(*http.Request) string // nil: not given (Middleware refuses)
+	finger   func(r *http.Request, body []byte) []byte
+	keep     []string
+}
+
+func buildConfig(opts []Option) (config, error) {
+	c := config{
+		table:     tableName{name: DefaultTable},
+		retention: DefaultRetention,
+		codec:     JSON{},
+		batch:     MaxSweepBatch,
+		leaseTTL:  DefaultLeaseTTL,
+		header:    "Idempotency-Key",
+		methods:   map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		maxBody:   1 << 20,
+		finger:    defaultFingerprint,
+		keep:      []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "ETag", "Last-Modified"},
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// Option configures [Do], [Migrate], [DDL], [Sweep] and [Middleware]. Each
+// says which of them it applies to; the others ignore it, so one list of
+// options can be shared by all of them.
+type Option func(*config) error
+
+func invalid(format string, args ...any) error {
+	return errs.New(sqlock.ErrInvalidOption, "idem: "+format, args...)
+}
+
+// WithTable names the keys table (all): an identifier, optionally qualified
+// by a schema ("app.idem_keys"), of letters, digits and underscores, at
+// most 63 bytes each. It is quoted as given. The default is [DefaultTable].
+func WithTable(name string) Option {
+	return func(c *config) error {
+		t, err := parseTable(name)
+		if err != nil {
+			return err
+		}
+		c.table = t
+		return nil
+	}
+}
+
+// WithRetention sets how long a recorded key is replayed ([Do],
+// [Middleware]); after that it counts as new and [Sweep] deletes it. It
+// must be positive. The default is [DefaultRetention].
+func WithRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("retention %v must be positive", d)
+		}
+		c.retention = d
+		return nil
+	}
+}
+
+// WithCodec sets how [Do] stores and replays its results (default [JSON]).
+// A nil codec is refused.
+func WithCodec(codec Codec) Option {
+	return func(c *config) error {
+		if codec == nil {
+			return invalid("nil codec")
+		}
+		c.codec = codec
+		return nil
+	}
+}
+
+// WithBatch sets how many expired keys [Sweep] deletes per statement: 1 to
+// [MaxSweepBatch] (the default), so that no statement holds many row locks
+// for long.
+func WithBatch(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxSweepBatch {
+			return invalid("sweep batch %d: want 1 to %d", n, MaxSweepBatch)
+		}
+		c.batch = n
+		return nil
+	}
+}
+
+// WithHeader names the request header that carries the key ([Middleware];
+// default "Idempotency-Key").
+func WithHeader(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return invalid("empty header name")
+		}
+		c.header = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithMethods sets the request methods [Middleware] applies to (default
+// POST and PATCH); requests with other methods pass through untouched.
+func WithMethods(methods ...string) Option {
+	return func(c *config) error {
+		if len(methods) == 0 {
+			return invalid("no methods")
+		}
+		c.methods = map[string]bool{}
+		for _, m := range methods {
+			c.methods[m] = true
+		}
+		return nil
+	}
+}
+
+// WithOptionalKey makes [Middleware] pass requests without the header
+// through to the handler, with no transaction of its own, instead of
+// answering 400 Bad Request.
+func WithOptionalKey() Option {
+	return func(c *config) error { c.optional = true; return nil }
+}
+
+// WithWait makes a request whose key is in use by a request still in
+// progress wait for it (bounded by the request's context) and then replay
+// its response, instead of answering 409 Conflict at once ([Middleware]).
+func WithWait() Option {
+	return func(c *config) error { c.wait = true; return nil }
+}
+
+// WithMaxBody bounds the request body [Middleware] reads to fingerprint it
+// (default 1 MiB); a longer body is answered 413. It must be positive.
+func WithMaxBody(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return invalid("max body %d must be positive", n)
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+// WithScope sets the function that gives a request's scope ([Middleware]):
+// the authenticated principal (tenant, user, API key), so that the same key
+// from two principals is two keys. [Middleware] requires it: with one scope
+// for everybody, a client that sends another's key and request would be
+// replayed the other's response. A service with a single client says so
+// with a function returning "". The scope is at most 255 bytes; a longer
+// one is answered 500.
+func WithScope(scope func(r *http.Request) string) Option {
+	return func(c *config) error {
+		if scope == nil {
+			return invalid("nil scope function")
+		}
+		c.scope = scope
+		return nil
+	}
+}
+
+// WithFingerprint sets how [Middleware] fingerprints a request: a reused
+// key with a different fingerprint is answered 422. body is the whole
+// request body (also readable again from r.Body). The default is SHA-256 of
+// the method, the path and the body.
+func WithFingerprint(f func(r *http.Request, body []byte) []byte) Option {
+	return func(c *config) error {
+		if f == nil {
+			return invalid("nil fingerprint function")
+		}
+		c.finger = f
+		return nil
+	}
+}
+
+// WithReplayHeaders names the response headers [Middleware] stores and
+// replays with the status and body (default Content-Type,
+// Content-Encoding, Content-Language, Location, ETag, Last-Modified).
+func WithReplayHeaders(names ...string) Option {
+	return func(c *config) error {
+		c.keep = nil
+		for _, n := range names {
+			c.keep = append(c.keep, http.CanonicalHeaderKey(n))
+		}
+		return nil
+	}
+}
+
+// WithLeaseTTL sets the lease a [RunPhases] attempt holds on its key
+// (default [DefaultLeaseTTL]): after a crash, the key is free again this
+// long after the last renewal. It must be at least [lease.MinTTL].
+func WithLeaseTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < lease.MinTTL {
+			return invalid("lease TTL %v: want at least %v", d, lease.MinTTL)
+		}
+		c.leaseTTL = d
+		return nil
+	}
+}

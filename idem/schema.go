@@ -1,0 +1,170 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
+)
+
+// Handle is a database pool: database/sql (pgx's stdlib driver, lib/pq) or
+// pgx's.
+type Handle interface {
+	*sql.DB | *pgxpool.Pool
+}
+
+// tableName is a validated, possibly schema-qualified table name.
+type tableName struct{ schema, name string }
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func parseTable(s string) (tableName, error) {
+	var t tableName
+	if schema, name, ok := strings.Cut(s, "."); ok {
+		t = tableName{schema: schema, name: name}
+	} else {
+		t = tableName{name: s}
+	}
+	// The index is named table_expires_at: the table leaves room for it.
+	if !identRE.MatchString(t.name) || len(t.name) > 63-len("_expires_at") ||
+		(t.schema != "" && (!identRE.MatchString(t.schema) || len(t.schema) > 63)) {
+		return t, invalid("table name %q: want [schema.]table of letters, digits and underscores (table ≤ 52 bytes)", s)
+	}
+	return t, nil
+}
+
+func (t tableName) ident(name string) string {
+	if t.schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{t.schema, name}.Sanitize()
+}
+
+func (t tableName) String() string { return t.ident(t.name) }
+
+// MaxKeyBytes is the longest key and the longest scope, in bytes.
+const MaxKeyBytes = 255
+
+// DDL returns the statement that creates the keys table (named by
+// [WithTable], if given) and its expiry index, for migration tools. It is
+// idempotent (IF NOT EXISTS).
+func DDL(opts ...Option) (string, error) {
+	c, err := buildConfig(opts)
+	if err != nil {
+		return "", err
+	}
+	return ddl(c.table), nil
+}
+
+func ddl(t tableName) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+    scope       text        NOT NULL CHECK (octet_length(scope) <= %[3]d),
+    key         text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND %[3]d),
+    fingerprint bytea       NOT NULL,
+    result      bytea,
+    phases      bytea,
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at);
+`, t, pgx.Identifier{t.name + "_expires_at"}.Sanitize(), MaxKeyBytes)
+}
+
+// migrateLock serialises concurrent Migrate calls (CREATE … IF NOT EXISTS
+// is not safe against itself): "sqlockI1".
+const migrateLock = 0x73716c6f636b4931
+
+// Migrate creates the keys table and its index if they do not exist (the
+// statement of [DDL]), in one transaction. Concurrent calls are safe. opts
+// may name the table ([WithTable]).
+func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
+	c, err := buildConfig(opts)
+	if err != nil {
+		return err
+	}
+	q := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n", int64(migrateLock)) + ddl(c.table)
+	switch h := any(db).(type) {
+	case *sql.DB:
+		if h != nil {
+			_, err = h.ExecContext(ctx, q)
+			return wrapDB("migrate", err)
+		}
+	case *pgxpool.Pool:
+		if h != nil {
+			_, err = h.Exec(ctx, q)
+			return wrapDB("migrate", err)
+		}
+	}
+	return errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
+}
+
+func wrapDB(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("idem: %s: %w", op, err)
+}
+
+// statements are the statements of one table, built once per call from
+// the table name (cheap: a few Sprintf).
+type statements struct {
+	claim, claimTry, read, drop, unclaim, store string
+	phaseOpen, phaseRecord                      string
+}
+
+func buildStatements(t tableName) statements {
+	// claim inserts the key, or — when a committed row is already visible
+	// to the statement's snapshot — returns it, in one round trip. A row
+	// still being written by another transaction makes the INSERT wait for
+	// that transaction (the unique index queues it); if it commits, the
+	// INSERT does nothing and the row, committed after this statement's
+	// snapshot, is read by the read statement that follows. claimTry, when
+	// no committed row is visible, first tries a transaction advisory lock
+	// on the key, which every middleware request that executes holds while
+	// its handler runs: if another holds it, nothing is inserted and the
+	// request is answered 409 without waiting. A replay of a committed row
+	// takes no lock, so concurrent replays never see each other as busy.
+	const tmpl = `WITH cur AS (
+  SELECT fingerprint, result, expires_at <= clock_timestamp() AS expired FROM %[1]s WHERE scope = $1 AND key = $2
+), lk AS (SELECT %[2]s AS got),
+ins AS (
+  INSERT INTO %[1]s (scope, key, fingerprint, expires_at)
+  SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond' FROM lk WHERE lk.got
+  ON CONFLICT (scope, key) DO NOTHING
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM cur),
+  coalesce((SELECT fingerprint FROM cur), ''), coalesce((SELECT result FROM cur), ''),
+  coalesce((SELECT result IS NULL FROM cur), true), coalesce((SELECT expired FROM cur), false)`
+	return statements{
+		claim:    fmt.Sprintf(tmpl, t, "true"),
+		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_try_advisory_xact_lock($5::bigint) END"),
+		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp()
+FROM %s WHERE scope = $1 AND key = $2`, t),
+		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),
+		unclaim: fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2`, t),
+		store:   fmt.Sprintf(`UPDATE %s SET result = $3 WHERE scope = $1 AND key = $2`, t),
+		// phaseOpen creates a phased key's row, or starts an expired one
+		// over, and returns it; the caller holds the key's lease, so nobody
+		// else writes the row meanwhile (the row is updated even when it
+		// stays the same, so that RETURNING always has it).
+		phaseOpen: fmt.Sprintf(`INSERT INTO %s AS t (scope, key, fingerprint, phases, expires_at)
+VALUES ($1, $2, $3, '', clock_timestamp() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, key) DO UPDATE SET
+  fingerprint = CASE WHEN t.expires_at <= clock_timestamp() THEN excluded.fingerprint ELSE t.fingerprint END,
+  result      = CASE WHEN t.expires_at <= clock_timestamp() THEN NULL ELSE t.result END,
+  phases      = CASE WHEN t.expires_at <= clock_timestamp() THEN ''::bytea ELSE t.phases END,
+  expires_at  = CASE WHEN t.expires_at <= clock_timestamp() THEN excluded.expires_at ELSE t.expires_at END
+RETURNING fingerprint, coalesce(result, ''), result IS NULL, phases IS NULL, coalesce(phases, '')`, t),
+		phaseRecord: fmt.Sprintf(`UPDATE %s SET phases = $3, result = $4,
+  expires_at = clock_timestamp() + $5::bigint * interval '1 microsecond' WHERE scope = $1 AND key = $2`, t),
+	}
+}

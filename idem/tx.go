@@ -1,0 +1,85 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"reflect"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errs"
+)
+
+// txConn runs statements in the caller's transaction, whichever driver it
+// is from.
+type txConn interface {
+	// queryRow scans the one row of query; errNoRows if there is none.
+	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+	exec(ctx context.Context, query string, args ...any) error
+	rollback(ctx context.Context)
+}
+
+var errNoRows = errors.New("idem: no rows")
+
+func newTxConn(tx any) (txConn, error) {
+	switch t := tx.(type) {
+	case nil:
+	case *sql.Tx:
+		if t != nil {
+			return sqlTx{t}, nil
+		}
+	case pgx.Tx:
+		if !isNilPointer(t) {
+			return pgxTx{t}, nil
+		}
+	default:
+		return nil, errs.New(sqlock.ErrUnsupported,
+			"idem: a %T is not a transaction idem can use: pass a *sql.Tx (sqlx: tx.Tx; GORM: db.Statement.ConnPool.(*sql.Tx)) or a pgx.Tx", tx)
+	}
+	return nil, errs.New(sqlock.ErrNilHandle, "idem: nil transaction")
+}
+
+// isNilPointer catches a typed nil inside the pgx.Tx interface (a nil
+// *pgxpool.Tx), which would otherwise panic on first use.
+func isNilPointer(t pgx.Tx) bool {
+	v := reflect.ValueOf(t)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (s sqlTx) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	err := s.tx.QueryRowContext(ctx, q, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errNoRows
+	}
+	return err
+}
+
+func (s sqlTx) exec(ctx context.Context, q string, args ...any) error {
+	_, err := s.tx.ExecContext(ctx, q, args...)
+	return err
+}
+
+func (s sqlTx) rollback(context.Context) { _ = s.tx.Rollback() }
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (p pgxTx) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	err := p.tx.QueryRow(ctx, q, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errNoRows
+	}
+	return err
+}
+
+func (p pgxTx) exec(ctx context.Context, q string, args ...any) error {
+	_, err := p.tx.Exec(ctx, q, args...)
+	return err
+}
+
+func (p pgxTx) rollback(ctx context.Context) {
+	_ = p.tx.Rollback(context.WithoutCancel(ctx))
+}
