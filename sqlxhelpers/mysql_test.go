@@ -138,3 +138,43 @@ func TestMySQLNoLostUpdate(t *testing.T) {
 		t.Fatalf("balance %d at version %d, want %d", got.Balance, got.Version, want)
 	}
 }
+
+// TestMySQLFencedProbeReadsTheNewestRow: a fenced struct write inside a
+// REPEATABLE READ transaction whose snapshot predates another session's
+// delete reports the row gone (the probe is a locking read of the newest
+// row), and one whose row a newer holder fenced reports *FencedError.
+func TestMySQLFencedProbeReadsTheNewestRow(t *testing.T) {
+	db := openMySQL(t, `CREATE TABLE seats (id BIGINT PRIMARY KEY, holder VARCHAR(40) NOT NULL, version BIGINT NOT NULL DEFAULT 1, holder_token BIGINT NULL)`)
+	h := newHelper(t, db)
+	ctx := sqlock.WithFencingToken(context.Background(), 5)
+	for _, c := range []struct {
+		other string
+		check func(error) bool
+	}{
+		{"DELETE FROM seats WHERE id = 1", func(err error) bool {
+			var se *versioned.StaleError
+			return errors.As(err, &se) && se.Probed && se.Gone
+		}},
+		{"UPDATE seats SET version = 2, holder_token = 9 WHERE id = 1", func(err error) bool {
+			return errors.Is(err, versioned.ErrFenced)
+		}},
+	} {
+		db.MustExec("DELETE FROM seats")
+		db.MustExec("INSERT INTO seats (id, holder) VALUES (1, '')")
+		tx, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s Seat
+		if err := tx.GetContext(ctx, &s, "SELECT id, holder, version, COALESCE(holder_token, 0) AS holder_token FROM seats WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		db.MustExec(c.other)
+		s.Holder = "me"
+		err = h.On(tx).Update(ctx, "seats", &s)
+		tx.Rollback()
+		if !c.check(err) || s.Version != 1 {
+			t.Fatalf("after %q: %#v, version %d", c.other, err, s.Version)
+		}
+	}
+}
