@@ -17,14 +17,15 @@ MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesM
 
 # The Debian packages each command needs; scripts/ensure-deps.sh installs the
 # missing ones as root, or prints the apt-get line to run. It also knows
-# redis-server and mariadb-server, for tests that will need them.
-TEST_DEPS := postgresql pgbouncer
+# redis-server. The tests on MariaDB (internal/mariatest) start their own server
+# from mariadb-server's binaries.
+TEST_DEPS := postgresql pgbouncer mariadb-server
 DEMO_DEPS := postgresql
 
 .PHONY: test lint deps deps-demo demo bench bench-report fuzz
 
 test: deps lint
-	$(WITHPG) -- $(GO) test -race -count=1 -timeout 20m ./...
+	$(WITHPG) -mariadb -- $(GO) test -race -count=1 -timeout 20m ./...
 
 lint:
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
