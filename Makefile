@@ -16,15 +16,16 @@ MODEL_OPS ?= 200000
 MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesModel ./gormplugin:TestRandomWritesKeepVersionPromises
 
 # The Debian packages each command needs; scripts/ensure-deps.sh installs the
-# missing ones as root, or prints the apt-get line to run. It also knows
-# mariadb-server, for tests that will need it; redislock's tests need redis-server.
-TEST_DEPS := postgresql pgbouncer redis-server
+# missing ones as root, or prints the apt-get line to run. The tests on MariaDB
+# (internal/mariatest) start their own server from mariadb-server's binaries,
+# and redislock's (internal/redistest) theirs from redis-server's.
+TEST_DEPS := postgresql pgbouncer mariadb-server redis-server
 DEMO_DEPS := postgresql
 
 .PHONY: test lint deps deps-demo demo bench bench-report fuzz
 
 test: deps lint
-	$(WITHPG) -- $(GO) test -race -count=1 -timeout 20m ./...
+	$(WITHPG) -mariadb -- $(GO) test -race -count=1 -timeout 20m ./...
 
 lint:
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \

@@ -14,7 +14,13 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
-require github.com/anishathalye/porcupine v1.3.1
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/go-sql-driver/mysql v1.10.1
+	gorm.io/driver/mysql v1.6.0
+)
+
+require filippo.io/edwards25519 v1.2.0 // indirect
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0 // indirect

@@ -134,7 +134,7 @@ func TestFencedGormWriteRefusedAfterLeaseTakeover(t *testing.T) {
 
 // A refused fenced write is fenced (a larger fence), stale (another
 // version) or gone (no row), each its own error; a NULL fence counts as 0
-// and an equal token passes. On PostgreSQL and SQLite.
+// and an equal token passes. On PostgreSQL, SQLite and MariaDB.
 func TestFencedGormWriteToldApartFromStaleAndMissing(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {

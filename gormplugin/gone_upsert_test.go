@@ -24,7 +24,7 @@ func TestRefusedUpsertOfGoneRowChangesNothing(t *testing.T) {
 		{"SkipDefaultTransaction+PrepareStmt", &gorm.Session{SkipDefaultTransaction: true, PrepareStmt: true}},
 		{"default", &gorm.Session{}},
 	}
-	forEachBackend(t, func(t *testing.T, base *gorm.DB) {
+	forEachUpsertBackend(t, func(t *testing.T, base *gorm.DB) {
 		must(t, base.AutoMigrate(&Order{}))
 		for _, s := range sessions {
 			t.Run(s.name, func(t *testing.T) {

@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/internal/mariatest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/versioned"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, mariatest.Close) }
 
 // backend opens a fresh, empty database with the plugin installed.
 type backend struct {
@@ -32,6 +34,16 @@ type backend struct {
 var backends = []backend{
 	{"postgres", openPostgres},
 	{"sqlite", openSQLite},
+	{"mariadb", openMariaDB},
+}
+
+// openMariaDB opens a database of its own on the test binary's MariaDB
+// (internal/mariatest) through gorm.io/driver/mysql, with the driver's
+// default DSN (no clientFoundRows) plus parseTime for time columns.
+func openMariaDB(t testing.TB, opts ...gormplugin.Option) *gorm.DB {
+	t.Helper()
+	d := mariatest.New(t)
+	return openWith(t, mysql.Open(d.DSNWith("parseTime=true")), opts)
 }
 
 func openPostgres(t testing.TB, opts ...gormplugin.Option) *gorm.DB {

@@ -241,23 +241,27 @@ func TestFailedWriteLeavesStructAsDatabase(t *testing.T) {
 			}
 		}
 		for _, c := range []struct {
-			hook string
-			op   func() error
+			hook   string
+			op     func() error
+			upsert bool // refused on MySQL (TestMySQLUpsertsAreRefusedOrBumped)
 		}{
-			{"AfterUpdate", func() error { return db.Model(&h).Update("name", "b").Error }},
-			{"AfterSave", func() error { return db.Model(&h).Updates(map[string]any{"name": "b"}).Error }},
-			{"AfterSave", func() error { h.Name = "c"; return db.Save(&h).Error }},
-			{"AfterDelete", func() error { return db.Delete(&h).Error }},
-			{"AfterDelete", func() error { return db.Model(&h).Delete(&HookFail{Fail: "AfterDelete"}).Error }},
+			{"AfterUpdate", func() error { return db.Model(&h).Update("name", "b").Error }, false},
+			{"AfterSave", func() error { return db.Model(&h).Updates(map[string]any{"name": "b"}).Error }, false},
+			{"AfterSave", func() error { h.Name = "c"; return db.Save(&h).Error }, false},
+			{"AfterDelete", func() error { return db.Delete(&h).Error }, false},
+			{"AfterDelete", func() error { return db.Model(&h).Delete(&HookFail{Fail: "AfterDelete"}).Error }, false},
 			{"AfterSave", func() error {
 				return db.Scopes(gormplugin.SkipVersionCheck).Clauses(clause.OnConflict{UpdateAll: true}).Create(&h).Error
-			}},
+			}, true},
 			{"AfterSave", func() error {
 				h.Name = "upsert"
 				return db.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}},
 					DoUpdates: clause.AssignmentColumns([]string{"name"})}).Create(&h).Error
-			}},
+			}, true},
 		} {
+			if c.upsert && db.Name() == "mysql" {
+				continue
+			}
 			h.Fail = c.hook
 			checkErr(t, c.op(), errHookFailed)
 			check(c.hook)
@@ -268,6 +272,13 @@ func TestFailedWriteLeavesStructAsDatabase(t *testing.T) {
 		must(t, db.Delete(&h).Error)
 		check("soft delete")
 
+		if db.Name() == "mysql" {
+			// MySQL's ON DUPLICATE KEY UPDATE fires on any unique index,
+			// so GORM's association save of a duplicate item updates the
+			// item that holds the code instead of failing: no failed
+			// association save to provoke this way.
+			return
+		}
 		s := Shelf{Name: "s", Items: []Item{{Code: "x"}}}
 		must(t, db.Create(&s).Error)
 		s.Name = "t"
@@ -356,7 +367,7 @@ func TestLockedTransactionRollbackRestoresStructs(t *testing.T) {
 // the existing row's version instead of setting it from the inserted
 // struct, and the struct gets the row's version back.
 func TestUpsertNeverLowersVersion(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+	forEachUpsertBackend(t, func(t *testing.T, db *gorm.DB) {
 		must(t, db.AutoMigrate(&Order{}))
 		o := newOrder(t, db, 3)
 		stale := Order{ID: o.ID, Status: "stale", Version: 1}
@@ -544,7 +555,7 @@ func TestNonComparableValuesDoNotPanic(t *testing.T) {
 // TestStaleUpsertProbe: with WithProbe, a checked upsert that fails stale
 // says what the row holds, like any other stale write.
 func TestStaleUpsertProbe(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+	forEachUpsertBackend(t, func(t *testing.T, db *gorm.DB) {
 		must(t, db.AutoMigrate(&Order{}))
 		o := newOrder(t, db, 3)
 		stale := Order{ID: o.ID, Status: "stale", Version: 1}

@@ -250,7 +250,7 @@ func writeCases() []writeCase {
 }
 
 // TestWriteMatrix runs every GORM write path on a versioned model against
-// PostgreSQL and SQLite, asserting the error, the row in the database
+// PostgreSQL, SQLite and MariaDB, asserting the error, the row in the database
 // (and the two bystander rows) and the struct's version.
 func TestWriteMatrix(t *testing.T) {
 	for _, be := range backends {

@@ -24,7 +24,7 @@ func checkedUpsert(db *gorm.DB) *gorm.DB {
 // the message, never "now at version 0" — for updates, deletes and
 // checked upserts.
 func TestStaleProbeReportsNullVersion(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, db *gorm.DB) {
+	forEachUpsertBackend(t, func(t *testing.T, db *gorm.DB) {
 		must(t, db.AutoMigrate(&Order{}))
 		o := newOrder(t, db, 3)
 		must(t, db.Exec("UPDATE orders SET version = NULL WHERE id = ?", o.ID).Error)

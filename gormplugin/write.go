@@ -677,9 +677,17 @@ func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, fence sql.NullIn
 	if g.token > 0 {
 		cols = append(cols, clause.Column{Name: m.fence.DBName})
 	}
+	clauses := []clause.Expression{clause.Select{Columns: cols}, clause.Where{Exprs: conds}}
+	if db.Dialector.Name() == "mysql" {
+		// A locking read: in a REPEATABLE READ transaction (MySQL's
+		// default) a plain SELECT reads the transaction's snapshot, while
+		// the write it explains saw the newest row. The failed write
+		// already holds the row's lock there, so this adds no wait.
+		clauses = append(clauses, clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
 	tx := db.Session(&gorm.Session{NewDB: true, SkipHooks: true, Context: ctx}).
 		Table(stmt.Table).
-		Clauses(clause.Select{Columns: cols}, clause.Where{Exprs: conds}).
+		Clauses(clauses...).
 		Limit(1)
 	row := tx.Row()
 	if tx.Error != nil {
@@ -753,7 +761,14 @@ func (p *Plugin) beforeCreate(db *gorm.DB) {
 						"create it, then write it with a fenced Update; or opt out with SkipVersionCheck"})
 				return
 			}
-			cs.monotonicUpsert(stmt, c, !skip, p.cfg.null == NullAsZero)
+			if stmt.Dialector.Name() == "mysql" {
+				if reason := mysqlUpsert(stmt, m, oc, skip); reason != "" {
+					db.AddError(&UnsupportedError{Table: stmt.Table, Op: "create", Reason: reason})
+					return
+				}
+			} else {
+				cs.monotonicUpsert(stmt, c, !skip, p.cfg.null == NullAsZero)
+			}
 		}
 	}
 	if !cs.selectVersion(stmt) {
@@ -771,6 +786,86 @@ func (p *Plugin) beforeCreate(db *gorm.DB) {
 	}
 	initVersions(stmt.Context, cs, stmt.ReflectValue, stmt.Dest)
 	stmt.Clauses[stateKey] = clause.Clause{Expression: cs}
+}
+
+// mysqlUpsert versions an ON DUPLICATE KEY UPDATE, or says why it cannot.
+// gorm.io/driver/mysql builds the clause itself from DoUpdates (the
+// plugin's clause builder is not called), MySQL's ON DUPLICATE KEY UPDATE
+// takes no WHERE, and it assigns left to right, each assignment seeing the
+// ones before it. So: an upsert of one struct, which must update only a
+// row at the struct's version, is refused (create, then update); so is
+// UpdateAll, which GORM expands only after the callbacks, into an
+// assignment that would copy the struct's version into the row; a
+// DoUpdates list (GORM's association saves) gets the version bump as its
+// first assignment, so that it compares the row's old values:
+//
+//	ON DUPLICATE KEY UPDATE version = CASE WHEN NOT (owner_id <=> VALUES(owner_id)) THEN COALESCE(version, 0) + 1 ELSE version END, owner_id = VALUES(owner_id)
+func mysqlUpsert(stmt *gorm.Statement, m *model, oc clause.OnConflict, skip bool) string {
+	const advice = "create the row, then update it (a versioned Save, Update or Updates)"
+	if oc.UpdateAll {
+		return "MySQL's ON DUPLICATE KEY UPDATE of every column would copy the struct's version into the row: " + advice
+	}
+	if rv := stmt.ReflectValue; !skip && (rv.Kind() == reflect.Struct || rv.Kind() == reflect.Map) {
+		return "MySQL's ON DUPLICATE KEY UPDATE takes no WHERE, so an upsert of one row cannot be checked against its version: " +
+			advice + "; or opt out with SkipVersionCheck"
+	}
+	ups := make(clause.Set, 0, len(oc.DoUpdates)+1)
+	named := false
+	for _, a := range oc.DoUpdates {
+		if a.Column.Name == m.column || a.Column.Name == m.ver.Name {
+			named = true
+		} else {
+			ups = append(ups, a)
+		}
+	}
+	bump := mysqlBump{m: m}
+	if !named {
+		bump.set = ups
+	}
+	oc.DoUpdates = append(clause.Set{{Column: clause.Column{Name: m.column}, Value: bump}}, ups...)
+	c := stmt.Clauses["ON CONFLICT"]
+	c.Expression = oc
+	stmt.Clauses["ON CONFLICT"] = c
+	return ""
+}
+
+// mysqlBump is bumpIfChanged in MySQL's spelling: NOT (a <=> b) for IS
+// DISTINCT FROM, VALUES(c) for the inserted row's column.
+type mysqlBump struct {
+	m   *model
+	set clause.Set
+}
+
+func (e mysqlBump) Build(b clause.Builder) {
+	if len(e.set) > 0 {
+		b.WriteString("CASE WHEN ")
+		for i, a := range e.set {
+			if i > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteString("NOT (")
+			b.WriteQuoted(clause.Column{Name: a.Column.Name})
+			b.WriteString(" <=> ")
+			if col, ok := a.Value.(clause.Column); ok && col.Table == "excluded" {
+				col.Table = ""
+				b.WriteString("VALUES(")
+				b.WriteQuoted(col)
+				b.WriteString(")")
+			} else {
+				b.AddVar(b, a.Value)
+			}
+			b.WriteString(")")
+		}
+		b.WriteString(" THEN ")
+	}
+	b.WriteString("COALESCE(")
+	b.WriteQuoted(e.m.qcol)
+	b.WriteString(", 0) + 1")
+	if len(e.set) > 0 {
+		b.WriteString(" ELSE ")
+		b.WriteQuoted(e.m.qcol)
+		b.WriteString(" END")
+	}
 }
 
 // savepointName is the savepoint protect sets in the caller's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/sqlock/sqlock/internal/myerr"
 	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
@@ -20,8 +21,11 @@ type Classifier func(err error) (retry bool, cause string)
 
 // Default is the default classification: errors with a RetryCause (a
 // *versioned.StaleError, and versioned.ErrStale itself, wrapped or not), and
-// SQLSTATEs 40001 and 40P01. (Context errors and permanent errors are
-// excluded before any classifier runs.)
+// SQLSTATEs 40001 and 40P01 — on MySQL and MariaDB a deadlock (error 1213,
+// SQLSTATE 40001, cause "40001") and MariaDB's snapshot-isolation conflict
+// (error 1020, cause "mysql:1020"), both of which roll the transaction back.
+// (Context errors and permanent errors are excluded before any classifier
+// runs.)
 func Default(err error) (bool, string) {
 	var rc interface{ RetryCause() string }
 	if errors.As(err, &rc) {
@@ -33,13 +37,27 @@ func Default(err error) (bool, string) {
 	case CodeSerializationFailure, CodeDeadlockDetected:
 		return true, code
 	}
+	switch n, _, _ := myerr.Number(err); n {
+	case myerr.LockDeadlock:
+		return true, CodeSerializationFailure
+	case myerr.CheckRead:
+		return true, "mysql:1020"
+	}
 	return false, ""
 }
 
 // SQLState returns the SQLSTATE of the first error in err's chain that has
-// a SQLState() string method (pgx's *pgconn.PgError, lib/pq's *pq.Error), or
-// "" when there is none.
-func SQLState(err error) string { return pgerr.Code(err) }
+// a SQLState() string method (pgx's *pgconn.PgError, lib/pq's *pq.Error),
+// else of a MySQL server error (go-sql-driver/mysql's *MySQLError, read by
+// its shape: package retry imports no MySQL driver), or "" when there is
+// none.
+func SQLState(err error) string {
+	if code := pgerr.Code(err); code != "" {
+		return code
+	}
+	_, code, _ := myerr.Number(err)
+	return code
+}
 
 // permanentError marks an error as not retryable.
 type permanentError struct{ err error }

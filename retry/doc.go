@@ -11,9 +11,12 @@
 // What is retried ([Default]): an error whose chain has a RetryCause() —
 // *versioned.StaleError and versioned.ErrStale, wrapped or not — and
 // SQLSTATEs 40001 (serialization_failure) and 40P01 (deadlock_detected),
-// read with [SQLState] from any driver's error in the chain. 55P03
-// (lock_timeout) only with [RetryLockTimeout]; more with [RetryIf], or
-// another classification with [WithClassifier].
+// read with [SQLState] from any driver's error in the chain; on MySQL and
+// MariaDB a deadlock (error 1213) and MariaDB's snapshot-isolation conflict
+// (error 1020), read from go-sql-driver/mysql's error without importing it.
+// 55P03 (lock_timeout) and MySQL's lock wait timeout (1205) only with
+// [RetryLockTimeout]; more with [RetryIf], or another classification with
+// [WithClassifier].
 //
 // What it promises:
 //   - Never retried: an ended context, or an error marked permanent ([Stop],

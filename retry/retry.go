@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sqlock/sqlock/internal/myerr"
 	"math/rand/v2"
 	"time"
 
@@ -243,9 +244,17 @@ func RetryIf(pred Classifier) Option {
 	})
 }
 
-// RetryLockTimeout also retries SQLSTATE 55P03 (lock_timeout ran out).
+// RetryLockTimeout also retries SQLSTATE 55P03 (lock_timeout ran out) and
+// MySQL's lock wait timeout (error 1205, cause "mysql:1205"). Neither is
+// retried by default: the wait ran out, no conflict was lost, and on MySQL
+// (innodb_rollback_on_timeout=OFF, the default) only the statement was
+// rolled back while the transaction stays open — retry them only when the
+// retried function runs the whole transaction.
 func RetryLockTimeout() Option {
 	return RetryIf(func(err error) (bool, string) {
+		if n, _, _ := myerr.Number(err); n == myerr.LockWaitTimeout {
+			return true, "mysql:1205"
+		}
 		return SQLState(err) == CodeLockNotAvailable, CodeLockNotAvailable
 	})
 }

@@ -11,11 +11,12 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
 
+	"github.com/sqlock/sqlock/internal/mariatest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/retry"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, mariatest.Close) }
 
 // Each SQLSTATE the classification cares about, provoked on a real server,
 // through both drivers.

@@ -32,7 +32,8 @@
 //     was taken over is refused (versioned.ErrFenced), and a write with no
 //     token is refused before anything is sent.
 //
-// NamedExec reads PostgreSQL's grammar (pgx, lib/pq); Update and Delete
-// work with any driver sqlx knows. The statements, the rewriter's lexical
+// NamedExec reads PostgreSQL's grammar (pgx, lib/pq) and is refused on a
+// MySQL handle (a *[RewriteError] matching sqlock.ErrUnsupported); Update
+// and Delete work with any driver sqlx knows, MySQL and MariaDB included. The statements, the rewriter's lexical
 // rules and the shapes it accepts are in docs/sqlxhelpers.md.
 package sqlxhelpers

@@ -40,6 +40,10 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 		return p
 	}
 	p.ti = ti
+	if s.cfg.quoteChar == '`' {
+		p.err = errNamedMySQL()
+		return p
+	}
 	g, err := rewriteQuery(query, ti.spec(s.cfg.bindType))
 	if err != nil {
 		p.err = err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
+	"github.com/sqlock/sqlock/internal/mariatest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
@@ -17,7 +18,7 @@ import (
 	"github.com/sqlock/sqlock/versioned"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, mariatest.Close) }
 
 // Account is the test model: key by the id default, version by tag.
 type Account struct {

@@ -160,6 +160,11 @@ func (s *state) buildPlan(t reflect.Type, table string, op string, wc writeConfi
 	}
 	if ti.fence != nil {
 		st.Probe(&b, bind)
+		if s.cfg.quoteChar == '`' {
+			// MySQL: a locking read sees the newest row, as the failed
+			// write did, not a REPEATABLE READ transaction's snapshot.
+			b.WriteString(" FOR UPDATE")
+		}
 		p.probe = b.String()
 		b.Reset()
 		n = 0

@@ -17,11 +17,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/mariatest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/txlock"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, mariatest.Close) }
 
 // doKeys and doPgxKeys lock a set of keys: the first as the call's key, the
 // others through AlsoLock.

@@ -28,12 +28,19 @@ type DB interface {
 // With a *sql.DB opened by OpenDB (or on WrapConnector), BEGIN carries the
 // lock: a transaction costs the round trips of the same unlocked one. On any
 // other handle the lock is one more round trip, right after BEGIN.
+//
+// A handle whose driver serves another engine (MySQL, MariaDB, SQLite) is
+// refused with an error matching [sqlock.ErrUnsupported] before anything is
+// sent: advisory locks are PostgreSQL's.
 func Do(ctx context.Context, db DB, key advisory.Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
 	if lockedtx.IsNil(db) {
 		return lockedtx.ErrNilDB
 	}
 	if fn == nil {
 		return lockedtx.ErrNilFunc
+	}
+	if err := otherEngine(db); err != nil {
+		return err
 	}
 	return lockedtx.Run(ctx, db, key, lockedtx.SQLBegin(db), fn, opts)
 }

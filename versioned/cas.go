@@ -54,7 +54,10 @@ func (r CASResult) String() string {
 // works. On Postgres the swap and the existence check are one statement
 // (a data-modifying WITH), so the answer costs one round trip and comes
 // from one snapshot. MySQL and SQLite have no such statement: there a
-// second query, by key only, runs after a swap that changed nothing.
+// second query, by key only, runs after a swap that changed nothing. On
+// MySQL it is a locking read of the newest row, which also tells a swap to
+// the values the row already has (Won, on any DSN) from a lost one; see
+// [MySQL].
 func CompareAndSwap(ctx context.Context, db DB, t *Table, key any, expect []Pair, set ...Pair) (CASResult, error) {
 	const op = "compare-and-swap"
 	if t == nil {
@@ -115,7 +118,7 @@ func CompareAndSwap(ctx context.Context, db DB, t *Table, key any, expect []Pair
 		args = append(args, p.Value)
 	}
 	if !pg {
-		return t.casTwoStep(ctx, db, b.b.String(), args, key)
+		return t.casTwoStep(ctx, db, b.b.String(), args, key, expect, set)
 	}
 	b.str(" RETURNING 1) SELECT (SELECT count(*) FROM ")
 	b.str(t.cte)
@@ -132,7 +135,7 @@ func CompareAndSwap(ctx context.Context, db DB, t *Table, key any, expect []Pair
 	return t.casResult(n, exists, key)
 }
 
-func (t *Table) casTwoStep(ctx context.Context, db DB, query string, args []any, key any) (CASResult, error) {
+func (t *Table) casTwoStep(ctx context.Context, db DB, query string, args []any, key any, expect, set []Pair) (CASResult, error) {
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("versioned: compare-and-swap on %s: %w", t.name, err)
@@ -145,12 +148,67 @@ func (t *Table) casTwoStep(ctx context.Context, db DB, query string, args []any,
 		return t.casResult(n, true, key)
 	}
 	keyArgs, _ := t.appendKey(make([]any, 0, len(t.qKeys)), key) // checked above
+	if t.cfg.dialect == MySQL {
+		return t.casRecheck(ctx, db, keyArgs, key, expect, set)
+	}
 	var one int
 	switch err := db.QueryRowContext(ctx, t.existsSQL, keyArgs...).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):
 		return Missing, nil
 	case err != nil:
 		return 0, fmt.Errorf("versioned: compare-and-swap on %s: existence check: %w", t.name, err)
+	}
+	return Lost, nil
+}
+
+// casRecheck decides a MySQL swap that reported no row affected. MySQL
+// counts a matched row whose values did not change as unaffected (unless
+// the DSN sets clientFoundRows=true), so zero means the row is missing, did
+// not match, or matched and already held the new values. One locking read
+// of the newest row tells them apart:
+//
+//	SELECT (s = ? AND … AND c <=> ? AND …) FROM t WHERE k = ? FOR UPDATE
+//
+// A row that matches the expectation and holds the new values is Won: the
+// swap takes effect at that read, where setting the values changes
+// nothing. Any other row is Lost, no row Missing.
+func (t *Table) casRecheck(ctx context.Context, db DB, keyArgs []any, key any, expect, set []Pair) (CASResult, error) {
+	b := sqlBuf{d: t.cfg.dialect}
+	args := make([]any, 0, len(expect)+len(set)+len(keyArgs))
+	b.str("SELECT (")
+	for i, p := range expect {
+		if i > 0 {
+			b.str(" AND ")
+		}
+		b.d.writeQuoted(&b.b, p.Column)
+		if isNull(p.Value) {
+			b.str(" IS NULL")
+			continue
+		}
+		b.str(" = ")
+		b.param()
+		args = append(args, p.Value)
+	}
+	for _, p := range set {
+		b.str(" AND ")
+		b.d.writeQuoted(&b.b, p.Column)
+		b.str(" <=> ") // NULL-safe: a column set to NULL that is NULL
+		b.param()
+		args = append(args, p.Value)
+	}
+	b.str(") FROM ")
+	b.str(t.qTable)
+	t.whereKey(&b)
+	b.str(t.cfg.dialect.lockingRead())
+	args = append(args, keyArgs...)
+	var match sql.NullInt64
+	switch err := db.QueryRowContext(ctx, b.b.String(), args...).Scan(&match); {
+	case errors.Is(err, sql.ErrNoRows):
+		return Missing, nil
+	case err != nil:
+		return 0, fmt.Errorf("versioned: compare-and-swap on %s: recheck: %w", t.name, err)
+	case match.Valid && match.Int64 == 1:
+		return Won, nil
 	}
 	return Lost, nil
 }

@@ -14,11 +14,15 @@ type Dialect uint8
 const (
 	// Postgres: $1, $2 … placeholders and "double-quoted" identifiers.
 	Postgres Dialect = iota
-	// MySQL: ? placeholders and `backquoted` identifiers. Connect with
-	// clientFoundRows=true if a compare-and-swap may set a column to the
-	// value it already has (MySQL otherwise counts such a row as
-	// unaffected); versioned writes always change the version, so they
-	// need nothing.
+	// MySQL (and MariaDB): ? placeholders and `backquoted` identifiers.
+	// Any DSN works: versioned writes always change the version, and a
+	// compare-and-swap that changed nothing reads the row again to tell a
+	// swap to the values the row already has (Won; MySQL counts that row
+	// as unaffected unless the DSN sets clientFoundRows=true) from a lost
+	// one. The reads after a conflict (WithProbe, the swap's second query)
+	// are locking reads, so inside a REPEATABLE READ transaction they see
+	// the newest row, as the write did, not the transaction's snapshot.
+	// See docs/versioned.md#mysql-and-mariadb.
 	MySQL
 	// SQLite: ? placeholders and "double-quoted" identifiers.
 	SQLite
@@ -38,6 +42,22 @@ func (d Dialect) name() string {
 }
 
 func (d Dialect) valid() bool { return d <= SQLite }
+
+// lockingRead is the suffix that makes a SELECT read the newest committed
+// row instead of the transaction's snapshot: InnoDB's consistent reads in
+// REPEATABLE READ see the snapshot of the transaction's first read, while
+// its writes (and locking reads) see the latest row. A read after a
+// conflict must agree with the write it explains. The failed write has
+// already locked the row (or its gap) inside a transaction, so the lock
+// adds no wait there. Postgres reads the newest row in READ COMMITTED
+// and reports a serialization failure at the write in REPEATABLE READ;
+// SQLite has one writer.
+func (d Dialect) lockingRead() string {
+	if d == MySQL {
+		return " FOR UPDATE"
+	}
+	return ""
+}
 
 func (d Dialect) quoteChar() byte {
 	if d == MySQL {

@@ -67,7 +67,7 @@ func ExampleDelete() {
 	defer db.Close()
 	mock.ExpectExec("DELETE FROM `carts` WHERE `user_id` = ? AND `rev` = ?").WithArgs("u1", 3).
 		WillReturnResult(sqlmock.NewResult(0, 0))
-	mock.ExpectQuery("SELECT `rev` FROM `carts` WHERE `user_id` = ?").WithArgs("u1").
+	mock.ExpectQuery("SELECT `rev` FROM `carts` WHERE `user_id` = ? FOR UPDATE").WithArgs("u1").
 		WillReturnRows(sqlmock.NewRows([]string{"rev"})) // no row: it is gone
 
 	carts := versioned.MustTable("carts", versioned.WithDialect(versioned.MySQL),

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlock/sqlock/internal/mariatest"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/internal/vmodel"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	pgtest.Main(m)
+	pgtest.Main(m, mariatest.Close)
 }
 
 func ctxT(t *testing.T) context.Context {

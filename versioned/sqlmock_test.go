@@ -54,9 +54,11 @@ func TestSQLTextPerDialect(t *testing.T) {
 		versioned.MySQL: {
 			update: "UPDATE `accounts` SET `balance` = ?, `owner` = ?, `version` = `version` + 1 WHERE `id` = ? AND `version` = ?",
 			delete: "DELETE FROM `accounts` WHERE `id` = ? AND `version` = ?",
-			probe:  "SELECT `version` FROM `accounts` WHERE `id` = ?",
+			probe:  "SELECT `version` FROM `accounts` WHERE `id` = ? FOR UPDATE",
 			cas:    "UPDATE `accounts` SET `owner` = ?, `balance` = ? WHERE `id` = ? AND `owner` = ? AND `closed_at` IS NULL",
-			exists: "SELECT 1 FROM `accounts` WHERE `id` = ?",
+			// A locking read of the newest row that also tells a swap to
+			// the values the row holds (unaffected on a default DSN).
+			exists: "SELECT (`owner` = ? AND `closed_at` IS NULL AND `owner` <=> ? AND `balance` <=> ?) FROM `accounts` WHERE `id` = ? FOR UPDATE",
 		},
 		versioned.SQLite: {
 			update: `UPDATE "accounts" SET "balance" = ?, "owner" = ?, "version" = "version" + 1 WHERE "id" = ? AND "version" = ?`,
@@ -109,12 +111,16 @@ func TestSQLTextPerDialect(t *testing.T) {
 			// Compare-and-swap: one statement on Postgres; two steps elsewhere.
 			expect := []versioned.Pair{versioned.Eq("owner", "ann"), versioned.Eq("closed_at", nil)}
 			set := []versioned.Pair{versioned.Set("owner", "bob"), versioned.Set("balance", int64(0))}
+			existsArgs := args(int64(1))
+			if d == versioned.MySQL {
+				existsArgs = args("ann", "bob", int64(0), int64(1))
+			}
 			if d == versioned.Postgres {
 				mock.ExpectQuery(w.cas).WithArgs("bob", int64(0), int64(1), "ann").
 					WillReturnRows(sqlmock.NewRows([]string{"count", "exists"}).AddRow(int64(0), true))
 			} else {
 				mock.ExpectExec(w.cas).WithArgs("bob", int64(0), int64(1), "ann").WillReturnResult(sqlmock.NewResult(0, 0))
-				mock.ExpectQuery(w.exists).WithArgs(int64(1)).WillReturnRows(sqlmock.NewRows([]string{"one"}).AddRow(1))
+				mock.ExpectQuery(w.exists).WithArgs(existsArgs...).WillReturnRows(sqlmock.NewRows([]string{"one"}).AddRow(0))
 			}
 			if r, err := versioned.CompareAndSwap(ctx, db, tbl, int64(1), expect, set...); err != nil || r != versioned.Lost {
 				t.Fatalf("CAS = %v, %v", r, err)
@@ -124,7 +130,7 @@ func TestSQLTextPerDialect(t *testing.T) {
 					WillReturnRows(sqlmock.NewRows([]string{"count", "exists"}).AddRow(int64(0), false))
 			} else {
 				mock.ExpectExec(w.cas).WithArgs("bob", int64(0), int64(1), "ann").WillReturnResult(sqlmock.NewResult(0, 0))
-				mock.ExpectQuery(w.exists).WithArgs(int64(1)).WillReturnRows(sqlmock.NewRows([]string{"one"}))
+				mock.ExpectQuery(w.exists).WithArgs(existsArgs...).WillReturnRows(sqlmock.NewRows([]string{"one"}))
 			}
 			if r, err := versioned.CompareAndSwap(ctx, db, tbl, int64(1), expect, set...); err != nil || r != versioned.Missing {
 				t.Fatalf("CAS = %v, %v", r, err)

@@ -292,6 +292,7 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 	b.str(" FROM ")
 	b.str(qt)
 	t.whereKey(&b)
+	b.str(cfg.dialect.lockingRead())
 	t.probeSQL = b.b.String()
 
 	b = sqlBuf{d: cfg.dialect}
@@ -560,6 +561,7 @@ func (t *Table) probeFence(ctx context.Context, q DB, key any, f fence, se *Stal
 	}
 	b := sqlBuf{d: t.cfg.dialect}
 	t.fencedStmt(f).Probe(&b.b, b.paramTo)
+	b.str(t.cfg.dialect.lockingRead())
 	var cur, fen sql.NullInt64
 	switch err := q.QueryRowContext(ctx, b.b.String(), args...).Scan(&cur, &fen); {
 	case errors.Is(err, sql.ErrNoRows):

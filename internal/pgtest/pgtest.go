@@ -51,8 +51,13 @@ func Shared(tb testing.TB) *Cluster {
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
 // Without it the watchdog still removes the cluster when the binary exits.
-func Main(m *testing.M) {
+// The after functions run once the tests are done, before the cluster is
+// closed (mariatest.Close, for a package that also tests on MariaDB).
+func Main(m *testing.M, after ...func()) {
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if shared.cluster != nil {
 		shared.cluster.Close()
 	}

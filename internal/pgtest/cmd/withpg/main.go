@@ -7,6 +7,10 @@
 //
 // When DATABASE_URL is already set, the command runs against that server
 // and nothing is started.
+//
+// With -mariadb it also starts one throwaway MariaDB (internal/mariatest)
+// and sets MYSQL_URL for the command, unless MYSQL_URL is set already, so
+// that the test binaries that test on MariaDB share one server too.
 package main
 
 import (
@@ -20,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sqlock/sqlock/internal/mariatest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
@@ -38,18 +43,30 @@ func (s settings) Set(v string) error {
 func main() {
 	set := settings{}
 	flag.Var(set, "set", "server setting name=value (repeatable)")
+	maria := flag.Bool("mariadb", false, "also start a MariaDB and set "+mariatest.EnvDSN)
 	flag.Parse()
 	args := flag.Args()
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: withpg [-set name=value]... -- command [args...]")
+		fmt.Fprintln(os.Stderr, "usage: withpg [-set name=value]... [-mariadb] -- command [args...]")
 		os.Exit(2)
 	}
-	os.Exit(run(args, set))
+	os.Exit(run(args, set, *maria))
 }
 
-func run(args []string, set settings) int {
+func run(args []string, set settings, maria bool) int {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = os.Environ()
+	if maria && os.Getenv(mariatest.EnvDSN) == "" {
+		s, err := mariatest.Start(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "withpg:", err)
+			return 1
+		}
+		defer s.Close()
+		fmt.Fprintf(os.Stderr, "withpg: MariaDB at %s\n", s.AdminDSN())
+		cmd.Env = append(cmd.Env, mariatest.EnvDSN+"="+s.AdminDSN())
+	}
 	if os.Getenv(pgtest.EnvDSN) == "" {
 		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{Settings: set})
 		if err != nil {
@@ -58,7 +75,7 @@ func run(args []string, set settings) int {
 		}
 		defer c.Close()
 		fmt.Fprintf(os.Stderr, "withpg: PostgreSQL on 127.0.0.1:%d (socket %s)\n", c.Port(), c.SocketDir())
-		cmd.Env = append(os.Environ(), pgtest.EnvDSN+"="+c.AdminDSN())
+		cmd.Env = append(cmd.Env, pgtest.EnvDSN+"="+c.AdminDSN())
 	}
 	// A terminal's Ctrl-C reaches the child through the process group; a
 	// signal sent to us alone is forwarded. Either way we wait for the child
