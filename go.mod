@@ -17,15 +17,13 @@ require (
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-sql-driver/mysql v1.10.1
+	github.com/redis/go-redis/v9 v9.23.0
 	gorm.io/driver/mysql v1.6.0
 )
 
 require filippo.io/edwards25519 v1.2.0 // indirect
 
-require (
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
-)
+require go.uber.org/atomic v1.12.0 // indirect
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
