@@ -158,7 +158,9 @@ func TestRenewalThroughAProxyRidesOutCutConnections(t *testing.T) {
 	conn := admin(t, db)
 	p, m := proxiedManager(t, db)
 	ctx := context.Background()
-	ttl := max(450*time.Millisecond, 60*proxiedLatency(t, db, p))
+	// Each cut can also break a renewal's reconnect; the TTL leaves a
+	// starved machine room for several tries per renewal.
+	ttl := max(1200*time.Millisecond, 150*proxiedLatency(t, db, p))
 	start := time.Now()
 	l := must[*lease.Lease](t)(m.Acquire(ctx, "cut", ttl))
 	defer l.Release(ctx)
