@@ -1,18 +1,14 @@
 package mariatest
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
 // EnvDSN is the environment variable naming an existing server to use.
@@ -37,11 +35,9 @@ type Server struct {
 	cfg *mysql.Config // the admin connection, no database
 
 	// Set only for an owned server.
-	dir    string
-	port   int
-	wd     *watchdog
-	mu     sync.Mutex
-	closed bool
+	dir  string
+	port int
+	proc *serverproc.Proc // the watchdog and mariadbd
 }
 
 var shared struct {
@@ -184,34 +180,21 @@ func (s *Server) admin(query string) error {
 }
 
 // Owned reports whether this process started the server.
-func (s *Server) Owned() bool { return s.wd != nil }
+func (s *Server) Owned() bool { return s.proc != nil }
 
 // AdminDSN connects as an administrator, to no database.
 func (s *Server) AdminDSN() string { return s.cfg.FormatDSN() }
 
 // watchdogScript starts mariadbd and, when its stdin reaches EOF (the test
-// binary closed the pipe or died), stops it and removes the directory. It
-// ignores SIGINT/SIGTERM/SIGPIPE/SIGHUP so that only the pipe decides.
-const watchdogScript = `trap '' INT TERM PIPE HUP
-dir="$1"; shift
+// binary closed the pipe or died), stops it (a clean shutdown, then SIGKILL
+// after 15 s) and removes the directory.
+var watchdogScript = serverproc.Script(`dir="$1"; shift
 "$@" >>"$dir/mariadbd.log" 2>&1 & pid=$!
 echo "$pid"
 while read -r _; do :; done
-kill -TERM "$pid" 2>/dev/null
-i=0  # a clean shutdown, then SIGKILL after 15 s; a zombie has exited
-while [ $i -lt 150 ] && [ -e "/proc/$pid" ] && ! grep -q ') Z ' "/proc/$pid/stat" 2>/dev/null; do
-  sleep 0.1; i=$((i+1))
-done
-kill -KILL "$pid" 2>/dev/null
-wait "$pid"
+halt TERM 150
 rm -rf "$dir"
-`
-
-type watchdog struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	pid   int
-}
+`)
 
 // Start installs and starts a new server owned by this process. Close
 // stops it and removes its directory; if the process dies first, the
@@ -221,35 +204,17 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cred, err := serverCredential()
+	cred, err := serverproc.Credential("mysql", "nobody")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mariatest: %w", err)
 	}
-	var lastErr error
-	// A port found free can be taken before mariadbd binds it: start over
-	// (the failed attempt's directory is already gone) a few times.
-	for range 3 {
-		var s *Server
-		if s, lastErr = startOnce(ctx, bin, installDB, cred); lastErr == nil {
-			return s, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
+	return serverproc.Retry(ctx, func(int) (*Server, error) { return startOnce(ctx, bin, installDB, cred) })
 }
 
 func startOnce(ctx context.Context, bin, installDB string, cred *syscall.Credential) (*Server, error) {
-	dir, err := os.MkdirTemp("", "sqlock-maria-")
+	dir, err := serverproc.TempDir("sqlock-maria-", cred)
 	if err != nil {
 		return nil, err
-	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
 	}
 	data := filepath.Join(dir, "data")
 	install := exec.CommandContext(ctx, installDB, "--no-defaults", "--datadir="+data,
@@ -260,50 +225,24 @@ func startOnce(ctx context.Context, bin, installDB string, cred *syscall.Credent
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("mariatest: mariadb-install-db: %w\n%s", err, out)
 	}
-	port, err := freePort()
+	port, err := serverproc.FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	args := []string{"-c", watchdogScript, "mariatest-watchdog", dir, bin, "--no-defaults",
-		"--datadir=" + data, "--socket=" + filepath.Join(dir, "sock"), "--port=" + strconv.Itoa(port),
-		"--bind-address=127.0.0.1", "--skip-name-resolve", "--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
+	proc, err := serverproc.Start(dir, cred, watchdogScript, "mariatest-watchdog", dir, bin, "--no-defaults",
+		"--datadir="+data, "--socket="+filepath.Join(dir, "sock"), "--port="+strconv.Itoa(port),
+		"--bind-address=127.0.0.1", "--skip-name-resolve", "--pid-file="+filepath.Join(dir, "mariadbd.pid"),
 		"--skip-log-bin", "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0",
 		"--performance-schema=0", "--max-connections=300", "--innodb-buffer-pool-size=64M",
 		// A test that provokes a lock wait must not hang for the default 50 s.
-		"--innodb-lock-wait-timeout=20"}
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.Dir = dir
-	// A process group of its own: a Ctrl-C aimed at go test must not kill
-	// the watchdog before it has cleaned up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	in, err := cmd.StdinPipe()
+		"--innodb-lock-wait-timeout=20")
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return nil, fmt.Errorf("mariatest: %w", err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("mariatest: start watchdog: %w", err)
-	}
-	wd := &watchdog{cmd: cmd, stdin: in}
-	s := &Server{dir: dir, port: port, wd: wd, cfg: adminConfig(port)}
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() {
-		s.stop()
-		return nil, fmt.Errorf("mariatest: watchdog exited: %v", sc.Err())
-	}
-	if wd.pid, err = strconv.Atoi(strings.TrimSpace(sc.Text())); err != nil {
-		s.stop()
-		return nil, err
-	}
+	s := &Server{dir: dir, port: port, proc: proc, cfg: adminConfig(port)}
 	if err := s.waitReady(ctx); err != nil {
-		s.stop() // the watchdog removes dir
+		proc.Close() // the watchdog removes dir
 		return nil, err
 	}
 	return s, nil
@@ -318,36 +257,17 @@ func adminConfig(port int) *mysql.Config {
 }
 
 func (s *Server) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
 	c, err := mysql.NewConnector(s.cfg)
 	if err != nil {
 		return err
 	}
 	db := sql.OpenDB(c)
 	defer db.Close()
-	for {
-		err := db.PingContext(ctx)
-		if err == nil {
-			return nil
-		}
-		if syscall.Kill(s.wd.pid, 0) != nil {
-			return fmt.Errorf("mariatest: mariadbd exited during start-up: %s", s.logTail())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("mariatest: server did not accept connections: %w; log: %s", err, s.logTail())
-		case <-time.After(25 * time.Millisecond):
-		}
+	if err := serverproc.WaitReady(ctx, 60*time.Second, 25*time.Millisecond, s.proc.PID(), db.PingContext); err != nil {
+		return fmt.Errorf("mariatest: mariadbd %w; log: %s", err,
+			serverproc.LogTail(filepath.Join(s.dir, "mariadbd.log")))
 	}
-}
-
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "mariadbd.log"))
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
+	return nil
 }
 
 // Close stops an owned server and removes its directory, waiting until
@@ -356,18 +276,7 @@ func (s *Server) Close() error {
 	if !s.Owned() {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	return s.stop()
-}
-
-func (s *Server) stop() error {
-	s.wd.stdin.Close()
-	return s.wd.cmd.Wait()
+	return s.proc.Close()
 }
 
 // findBinaries returns mariadbd and mariadb-install-db: PATH, then
@@ -391,33 +300,6 @@ func findBinaries() (server, install string, err error) {
 		return "", "", ErrNoMariaDB
 	}
 	return server, install, nil
-}
-
-// serverCredential picks the unprivileged user to run the server as when
-// this process is root; nil means run as ourselves.
-func serverCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	for _, name := range []string{"mysql", "nobody"} {
-		u, err := user.Lookup(name)
-		if err != nil {
-			continue
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-	}
-	return nil, errors.New("mariatest: running as root and found no unprivileged user (mysql, nobody) to run the server as")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Dir is the temporary directory of an owned server, removed on Close.

@@ -10,12 +10,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
 // ErrNoPgBouncer is returned when the pgbouncer binary is not installed.
@@ -42,31 +43,21 @@ type PgBouncer struct {
 	DSN  string
 	Mode string
 
-	dir    string
-	port   int
-	pid    int
-	wd     *watchdogProc
-	mu     sync.Mutex
-	closed bool
+	dir  string
+	port int
+	proc *serverproc.Proc // the watchdog and pgbouncer
 }
 
 // pgbouncerWatchdog starts pgbouncer, reports its pid, and on EOF of stdin
 // (Close, or the test binary died) stops it — SIGTERM is PgBouncer's
 // immediate shutdown — then SIGKILL after 5 s, and removes the directory.
-const pgbouncerWatchdog = `trap '' INT TERM PIPE HUP
-bin="$1"; ini="$2"; dir="$3"
+var pgbouncerWatchdog = serverproc.Script(`bin="$1"; ini="$2"; dir="$3"
 "$bin" "$ini" >>"$dir/pgbouncer.log" 2>&1 & pid=$!
 echo "$pid"
 while read -r cmd; do :; done
-kill -TERM "$pid" 2>/dev/null
-i=0
-while [ $i -lt 50 ] && [ -e "/proc/$pid" ] && ! grep -q ') Z ' "/proc/$pid/stat" 2>/dev/null; do
-  sleep 0.1; i=$((i+1))
-done
-kill -KILL "$pid" 2>/dev/null
-wait "$pid"
+halt TERM 50
 rm -rf "$dir"
-`
+`)
 
 // StartPgBouncer runs PgBouncer in the given pool mode ("transaction" or
 // "session") in front of db and returns a DSN that connects through it. It
@@ -118,19 +109,9 @@ func RunPgBouncer(ctx context.Context, dsn string, opts PgBouncerOptions) (*PgBo
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	// As for the server, a port found free can be taken before pgbouncer
-	// binds it; start over a few times.
-	for attempt := 0; attempt < 3; attempt++ {
-		var b *PgBouncer
-		if b, lastErr = startPgBouncerOnce(ctx, bin, cfg, cred, opts); lastErr == nil {
-			return b, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
+	return serverproc.Retry(ctx, func(int) (*PgBouncer, error) {
+		return startPgBouncerOnce(ctx, bin, cfg, cred, opts)
+	})
 }
 
 // connValue quotes a value for a libpq-style connection string as PgBouncer
@@ -141,11 +122,11 @@ func connValue(s string) string {
 
 func startPgBouncerOnce(ctx context.Context, bin string, cfg *pgx.ConnConfig, cred *syscall.Credential,
 	opts PgBouncerOptions) (*PgBouncer, error) {
-	port, err := freePort()
+	port, err := serverproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "sqlock-pgbouncer-")
+	dir, err := serverproc.TempDir("sqlock-pgbouncer-", cred)
 	if err != nil {
 		return nil, err
 	}
@@ -203,29 +184,20 @@ func startPgBouncerOnce(ctx context.Context, bin string, cfg *pgx.ConnConfig, cr
 			return nil, err
 		}
 	}
-	if cred != nil {
-		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "userlist.txt")} {
-			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
-				os.RemoveAll(dir)
-				return nil, err
-			}
-		}
-	}
-	wd, err := startWatchdog(dir, cred, []string{"-c", pgbouncerWatchdog, "pgtest-pgbouncer-watchdog",
-		bin, filepath.Join(dir, "pgbouncer.ini"), dir})
-	if err != nil {
+	if err := serverproc.Own(cred, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "userlist.txt")); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	b := &PgBouncer{dir: dir, port: port, wd: wd, Mode: opts.Mode}
+	proc, err := serverproc.Start(dir, cred, pgbouncerWatchdog, "pgtest-pgbouncer-watchdog",
+		bin, filepath.Join(dir, "pgbouncer.ini"), dir)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: pgbouncer: %w", err)
+	}
+	b := &PgBouncer{dir: dir, port: port, proc: proc, Mode: opts.Mode}
 	b.DSN = fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable",
 		urlUser(user), port, cfg.Database)
-	if b.pid, err = readPID(wd.replies); err != nil {
-		b.stop()
-		return nil, err
-	}
 	if err := b.waitReady(ctx); err != nil {
-		b.stop() // the watchdog removes dir
+		proc.Close() // the watchdog removes dir
 		return nil, err
 	}
 	return b, nil
@@ -236,51 +208,22 @@ func urlUser(u string) string {
 }
 
 func (b *PgBouncer) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
+	err := serverproc.WaitReady(ctx, 30*time.Second, 25*time.Millisecond, b.proc.PID(), func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, b.DSN)
 		if err == nil {
 			err = conn.Ping(ctx)
 			conn.Close(context.Background())
-			if err == nil {
-				return nil
-			}
 		}
-		if !processAlivePID(b.pid) {
-			return fmt.Errorf("pgtest: pgbouncer exited during start-up: %s", b.logTail())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pgtest: pgbouncer did not accept connections: %w; log: %s", err, b.logTail())
-		case <-time.After(25 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgtest: pgbouncer %w; log: %s", err, serverproc.LogTail(filepath.Join(b.dir, "pgbouncer.log")))
 	}
-}
-
-// processAlivePID reports whether pid runs and is not a zombie.
-func processAlivePID(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	return err == nil && !strings.Contains(string(st), ") Z ")
-}
-
-func (b *PgBouncer) logTail() string {
-	data, _ := os.ReadFile(filepath.Join(b.dir, "pgbouncer.log"))
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return string(data)
+	return nil
 }
 
 // PID is the pgbouncer process id (0 after Close).
-func (b *PgBouncer) PID() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.pid
-}
+func (b *PgBouncer) PID() int { return b.proc.PID() }
 
 // Port is the 127.0.0.1 port PgBouncer listens on.
 func (b *PgBouncer) Port() int { return b.port }
@@ -291,18 +234,4 @@ func (b *PgBouncer) Dir() string { return b.dir }
 
 // Close stops PgBouncer (its clients are disconnected) and removes its
 // directory, waiting until both are done.
-func (b *PgBouncer) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil
-	}
-	b.closed = true
-	return b.stop()
-}
-
-func (b *PgBouncer) stop() error {
-	err := b.wd.close()
-	b.pid = 0
-	return err
-}
+func (b *PgBouncer) Close() error { return b.proc.Close() }

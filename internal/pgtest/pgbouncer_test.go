@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
 func connect(t *testing.T, dsn string) *pgx.Conn {
@@ -94,13 +96,13 @@ func TestPgBouncerCloseAndBadMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, dir := b.PID(), b.Dir()
-	if !processAlivePID(pid) {
+	if !serverproc.Alive(pid) {
 		t.Fatalf("pgbouncer %d not running", pid)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if processAlivePID(pid) {
+	if serverproc.Alive(pid) {
 		t.Fatalf("pgbouncer %d still running after Close", pid)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -153,7 +155,7 @@ func TestPgBouncerNothingOutlivesTheBinary(t *testing.T) {
 		cmd.Wait()
 		t.Fatal("child did not report its pgbouncer")
 	}
-	if !processAlivePID(pid) {
+	if !serverproc.Alive(pid) {
 		t.Fatalf("pgbouncer %d not running in the child", pid)
 	}
 	cmd.Process.Kill()
@@ -167,12 +169,12 @@ func TestPgBouncerNothingOutlivesTheBinary(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, statErr := os.Stat(dir)
-		if !processAlivePID(pid) && os.IsNotExist(statErr) {
+		if !serverproc.Alive(pid) && os.IsNotExist(statErr) {
 			t.Logf("pgbouncer %d gone and %s removed after SIGKILL of the test binary", pid, dir)
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after SIGKILL: pgbouncer %d alive %v, dir stat %v", pid, processAlivePID(pid), statErr)
+			t.Fatalf("after SIGKILL: pgbouncer %d alive %v, dir stat %v", pid, serverproc.Alive(pid), statErr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

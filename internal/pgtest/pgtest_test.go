@@ -8,14 +8,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
 func TestMain(m *testing.M) {
@@ -114,7 +114,7 @@ func TestStopStartRestart(t *testing.T) {
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if processAlive(first) {
+	if serverproc.Alive(first) {
 		t.Fatal("postmaster still running after Stop")
 	}
 	if err := pool.Ping(ctx); err == nil {
@@ -208,13 +208,13 @@ func TestNothingOutlivesTheBinary(t *testing.T) {
 			for {
 				n := countGroup(pgid)
 				_, statErr := os.Stat(dir)
-				if n == 0 && !processAlive(pid) && os.IsNotExist(statErr) {
+				if n == 0 && !serverproc.Alive(pid) && os.IsNotExist(statErr) {
 					t.Logf("%s: 0 processes left in group %d, %s removed", mode, pgid, dir)
 					return
 				}
 				if time.Now().After(deadline) {
 					t.Fatalf("%s: %d processes left in group %d, postmaster alive %v, dir stat %v",
-						mode, n, pgid, processAlive(pid), statErr)
+						mode, n, pgid, serverproc.Alive(pid), statErr)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -235,7 +235,7 @@ func helperProcess(m *testing.M, mode string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	fmt.Printf("CLUSTER %s %d %d\n", c.Dir(), c.PID(), c.wd.cmd.Process.Pid)
+	fmt.Printf("CLUSTER %s %d %d\n", c.Dir(), c.PID(), c.proc.WatchdogPID())
 	if mode != "sigkill" {
 		// Wait for the parent to count the processes.
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
@@ -257,18 +257,6 @@ func helperProcess(m *testing.M, mode string) {
 	}
 }
 
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	// A zombie has exited; it only waits for its parent.
-	return !strings.Contains(string(b), ") Z ")
-}
-
 // countGroup counts live processes in a process group (the watchdog's: it
 // and every postgres process it starts share it).
 func countGroup(pgid int) int {
@@ -279,7 +267,7 @@ func countGroup(pgid int) int {
 		if err != nil {
 			continue
 		}
-		if g, err := syscall.Getpgid(pid); err == nil && g == pgid && processAlive(pid) {
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid && serverproc.Alive(pid) {
 			n++
 		}
 	}

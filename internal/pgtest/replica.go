@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
 // standbyName is the standby's application_name and replication slot; the
@@ -147,10 +149,8 @@ func startStandby(ctx context.Context, bin, basebackupBin string, primary *Clust
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return nil, err
 		}
-		if cred != nil {
-			if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-				return nil, err
-			}
+		if err := serverproc.Own(cred, dir); err != nil {
+			return nil, err
 		}
 		data := filepath.Join(dir, "data")
 		if attempt == 0 {
@@ -187,7 +187,7 @@ func basebackup(ctx context.Context, bin string, cred *syscall.Credential, dir s
 
 func spawnStandby(ctx context.Context, bin string, cred *syscall.Credential, dir, data string, primaryPort int,
 	opts ReplicaOptions) (*Cluster, error) {
-	port, err := freePort()
+	port, err := serverproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -216,16 +216,7 @@ func spawnStandby(ctx context.Context, bin string, cred *syscall.Credential, dir
 	// wait for one.
 	settings["synchronous_standby_names"] = ""
 	settings["port"] = strconv.Itoa(port)
-	c := &Cluster{dir: dir, port: port,
-		adminDSN: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)}
-	if err := c.spawn(bin, data, settings, cred); err != nil {
-		return nil, err
-	}
-	if err := c.waitReady(ctx); err != nil {
-		c.stop()
-		return nil, err
-	}
-	return c, nil
+	return spawn(ctx, bin, data, dir, port, settings, cred)
 }
 
 // waitStreaming waits until the primary reports the standby streaming

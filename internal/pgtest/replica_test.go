@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
 // TestReplicaSetStreamsAndFailsOver: a row written on the primary is read
@@ -55,7 +57,7 @@ func TestReplicaSetStreamsAndFailsOver(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("failover (immediate stop + promotion) took %v", time.Since(start).Round(time.Millisecond))
-			if processAlivePID(primaryPID) {
+			if serverproc.Alive(primaryPID) {
 				t.Fatal("the primary still runs after KillPrimary")
 			}
 			// The pool's connections to the primary are broken; a new one
@@ -84,7 +86,7 @@ func TestReplicaSetStreamsAndFailsOver(t *testing.T) {
 			if err := r.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if processAlivePID(standbyPID) {
+			if serverproc.Alive(standbyPID) {
 				t.Fatal("the standby still runs after Close")
 			}
 			for _, d := range []string{primaryDir, standbyDir} {

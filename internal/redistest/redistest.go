@@ -29,13 +29,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
 // ErrNoRedis is returned when no redis-server binary is found.
@@ -54,20 +54,13 @@ type Server struct {
 	Addr string
 	dir  string
 
-	mu      sync.Mutex // serialises commands to the watchdog
-	wd      *exec.Cmd
-	stdin   io.WriteCloser
-	replies *bufio.Scanner
-	pid     int // 0 while stopped
-	closed  bool
+	proc *serverproc.Proc // the watchdog and redis-server
 }
 
 // watchdog starts redis-server, obeys "kill"/"stop"/"start" lines on stdin,
 // and on EOF (the test binary closed the pipe or died) kills the server and
-// removes the directory. It ignores INT/TERM/HUP/PIPE so that only the pipe
-// decides.
-const watchdog = `trap '' INT TERM PIPE HUP
-bin="$1"; dir="$2"; shift 2
+// removes the directory.
+var watchdog = serverproc.Script(`bin="$1"; dir="$2"; shift 2
 start() { "$bin" "$@" >>"$dir/redis.log" 2>&1 & pid=$!; echo "$pid"; }
 start "$@"
 while read -r cmd; do
@@ -77,9 +70,9 @@ while read -r cmd; do
     start) start "$@" ;;
   esac
 done
-if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null; wait "$pid"; fi
+if [ -n "$pid" ]; then halt KILL 0; fi
 rm -rf "$dir"
-`
+`)
 
 // New starts a server for tb, closed when the test ends.
 func New(tb testing.TB, opts Options) *Server {
@@ -111,32 +104,20 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	// A port found free can be taken before redis-server binds it: start
-	// over a few times.
-	for range 3 {
-		var s *Server
-		if s, lastErr = startOnce(ctx, bin, opts); lastErr == nil {
-			return s, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
+	return serverproc.Retry(ctx, func(int) (*Server, error) { return startOnce(ctx, bin, opts) })
 }
 
 func startOnce(ctx context.Context, bin string, opts Options) (*Server, error) {
-	dir, err := os.MkdirTemp("", "sqlock-redis-")
+	dir, err := serverproc.TempDir("sqlock-redis-", nil)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := serverproc.FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	args := []string{"-c", watchdog, "redistest-watchdog", bin, dir,
+	args := []string{bin, dir,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--daemonize", "no", "--protected-mode", "no", "--save", "", "--loglevel", "warning"}
 	if opts.Persist {
@@ -144,69 +125,27 @@ func startOnce(ctx context.Context, bin string, opts Options) (*Server, error) {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.Dir = dir
-	// A process group of its own: a Ctrl-C aimed at go test must not kill
-	// the watchdog before it has cleaned up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	in, err := cmd.StdinPipe()
+	proc, err := serverproc.Start(dir, nil, watchdog, "redistest-watchdog", args...)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("redistest: start watchdog: %w", err)
-	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, wd: cmd, stdin: in,
-		replies: bufio.NewScanner(out)}
-	if s.pid, err = s.readPID(); err == nil {
-		err = s.waitReady(ctx)
-	}
-	if err != nil {
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, proc: proc}
+	if err := s.waitReady(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) readPID() (int, error) {
-	if !s.replies.Scan() {
-		return 0, fmt.Errorf("redistest: watchdog exited: %v", s.replies.Err())
-	}
-	return strconv.Atoi(strings.TrimSpace(s.replies.Text()))
-}
-
 // waitReady waits until the server answers PING.
 func (s *Server) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		err := ping(ctx, s.Addr)
-		if err == nil {
-			return nil
-		}
-		if pid := s.PID(); pid == 0 || syscall.Kill(pid, 0) != nil || exited(pid) {
-			return fmt.Errorf("redistest: redis-server exited during start-up: %s", s.logTail())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: server did not answer: %w; log: %s", err, s.logTail())
-		case <-time.After(10 * time.Millisecond):
-		}
+	err := serverproc.WaitReady(ctx, 30*time.Second, 10*time.Millisecond, s.PID(), func(ctx context.Context) error {
+		return ping(ctx, s.Addr)
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: redis-server %w; log: %s", err, serverproc.LogTail(filepath.Join(s.dir, "redis.log")))
 	}
-}
-
-// exited reports whether pid is a zombie (it exited; the watchdog has not
-// reaped it yet).
-func exited(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return err == nil && strings.Contains(string(b), ") Z ")
+	return nil
 }
 
 // ping sends one PING on a connection of its own.
@@ -231,20 +170,8 @@ func ping(ctx context.Context, addr string) error {
 	return nil
 }
 
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
-}
-
 // PID is the redis-server's process id (0 while stopped).
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pid
-}
+func (s *Server) PID() int { return s.proc.PID() }
 
 // Dir is the server's temporary directory, removed on Close.
 func (s *Server) Dir() string { return s.dir }
@@ -271,40 +198,21 @@ func (s *Server) Kill() error { return s.halt("kill") }
 func (s *Server) Stop() error { return s.halt("stop") }
 
 func (s *Server) halt(cmd string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pid == 0 || s.closed {
-		return nil
+	if err := s.proc.Halt(cmd, "done"); err != nil {
+		return fmt.Errorf("redistest: %w", err)
 	}
-	if _, err := io.WriteString(s.stdin, cmd+"\n"); err != nil {
-		return fmt.Errorf("redistest: %s: %w", cmd, err)
-	}
-	if !s.replies.Scan() || s.replies.Text() != "done" {
-		return fmt.Errorf("redistest: %s: watchdog did not confirm: %v", cmd, s.replies.Err())
-	}
-	s.pid = 0
 	return nil
 }
 
 // Start starts a halted server again on the same port and directory and
 // waits until it answers.
 func (s *Server) Start(ctx context.Context) error {
-	s.mu.Lock()
-	if s.pid != 0 || s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	if _, err := io.WriteString(s.stdin, "start\n"); err != nil {
-		s.mu.Unlock()
+	started, err := s.proc.Resume("start")
+	if err != nil {
 		return fmt.Errorf("redistest: start: %w", err)
 	}
-	pid, err := s.readPID()
-	if err == nil {
-		s.pid = pid
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return err
+	if !started {
+		return nil
 	}
 	return s.waitReady(ctx)
 }
@@ -325,31 +233,15 @@ func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
 func (s *Server) signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pid == 0 {
-		return errors.New("redistest: server is not running")
-	}
-	if err := syscall.Kill(s.pid, sig); err != nil {
-		return fmt.Errorf("redistest: %v: %w", sig, err)
+	if err := s.proc.Signal(sig); err != nil {
+		return fmt.Errorf("redistest: %w", err)
 	}
 	return nil
 }
 
 // Close kills the server and removes its directory, waiting until both are
 // done.
-func (s *Server) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.stdin.Close()
-	err := s.wd.Wait()
-	s.pid = 0
-	return err
-}
+func (s *Server) Close() error { return s.proc.Close() }
 
 // Latency measures, now, how long this machine takes for one round trip
 // to the server, scheduling included: the slowest of a few PINGs and of a
@@ -379,13 +271,4 @@ func findBinary() (string, error) {
 		return "/usr/bin/redis-server", nil
 	}
 	return "", ErrNoRedis
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
