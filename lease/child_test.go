@@ -6,16 +6,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqlock/sqlock/internal/exclusiontest"
 	"github.com/sqlock/sqlock/lease"
 )
 
@@ -64,13 +63,10 @@ func childManager() (m *lease.Manager, db *sql.DB, pool *pgxpool.Pool, err error
 	}
 }
 
-// exclusionChild runs LEASE_GOROUTINES goroutines × LEASE_N critical
-// sections on LEASE_KEYS lease names (TTL 500 ms, random hold times). A
-// section enters by marking its key's row as held by itself, only if no one
-// holds it and the row's last token is smaller than its own (a guarded
-// transaction: QueueGuard on pgx, Guard on database/sql), and leaves by
-// clearing the mark (only if it is still its own) and counting itself. An overlap, or a token smaller than an earlier
-// holder's, makes an enter or exit match no row.
+// exclusionChild runs the sections of exclusiontest on leases (TTL 500 ms,
+// random hold times). A section enters in a transaction guarded by its
+// lease (QueueGuard on pgx, Guard on database/sql) and checks its token
+// against the last holder's.
 func exclusionChild() int {
 	m, db, pool, err := childManager()
 	if err != nil {
@@ -85,146 +81,94 @@ func exclusionChild() int {
 			pool.Close()
 		}
 	}()
-	n, _ := strconv.Atoi(os.Getenv("LEASE_N"))
-	goroutines, _ := strconv.Atoi(os.Getenv("LEASE_GOROUTINES"))
-	keys, _ := strconv.Atoi(os.Getenv("LEASE_KEYS"))
-	proc := os.Getenv("LEASE_PROC")
-	ctx := context.Background()
-	var mu sync.Mutex
-	var sections, overlaps, errs, lostReported int
-	var firstErr error
-	fail := func(overlap bool, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if overlap {
-			overlaps++
-		} else {
-			errs++
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	// guarded runs one statement in a transaction guarded by l: through
-	// QueueGuard in one batch on pgx, through Guard on database/sql.
-	guarded := func(l *lease.Lease, q string, args ...any) (rows int64, err error) {
-		if pool != nil {
-			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				b := &pgx.Batch{}
-				l.QueueGuard(b)
-				b.Queue(q, args...).Exec(func(t pgconn.CommandTag) error {
-					rows = t.RowsAffected()
-					return nil
-				})
-				return tx.SendBatch(ctx, b).Close()
-			})
-			return rows, err
-		}
-		tx, err := db.BeginTx(ctx, nil)
+	return exclusiontest.Child(func(ctx context.Context, me string, k int) exclusiontest.Outcome {
+		l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), 500*time.Millisecond)
 		if err != nil {
-			return 0, err
+			return exclusiontest.Outcome{Err: err}
 		}
-		defer tx.Rollback()
-		if err := l.Guard(ctx, tx); err != nil {
-			return 0, err
-		}
-		r, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return 0, err
-		}
-		if rows, err = r.RowsAffected(); err != nil {
-			return 0, err
-		}
-		return rows, tx.Commit()
-	}
-	// plain runs one statement on its own.
-	plain := func(q string, args ...any) (int64, error) {
-		if pool != nil {
-			t, err := pool.Exec(ctx, q, args...)
-			return t.RowsAffected(), err
-		}
-		r, err := db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return 0, err
-		}
-		return r.RowsAffected()
-	}
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			me := fmt.Sprintf("%s/%d", proc, g)
-			for i := 0; i < n; i++ {
-				k := rand.IntN(keys)
-				l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), 500*time.Millisecond)
-				if err != nil {
-					fail(false, err)
-					continue
-				}
-				rows, err := guarded(l, `UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, l.Token(), k)
-				if errors.Is(err, lease.ErrLost) {
-					// Lost under load before the section could enter (no
-					// renewal confirmed in time on a starved machine) — and
-					// reported: the guard refused, nothing was written. Only
-					// an overlap or an unreported loss breaks the promise.
-					mu.Lock()
-					lostReported++
-					mu.Unlock()
-					if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
-						fail(false, rerr)
-					}
-					i-- // the parent counts n sections per goroutine: redo this one
-					continue
-				}
-				if err == nil && rows != 1 {
-					err = errOverlap
-				}
-				if err == nil {
-					time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond) // the work
-					rows, err = plain(`UPDATE excl SET holder = NULL, n = n + 1 WHERE k = $1 AND holder = $2`, k, me)
-					if err == nil && rows != 1 {
-						err = errOverlap
-					}
-				}
-				rerr := l.Release(ctx)
-				if errors.Is(rerr, lease.ErrNotHeld) && !time.Now().Before(l.Deadline()) {
-					// Lost under load (a renewal queued too long) — and
-					// reported: the server let go no earlier than the local
-					// deadline. The section itself was guarded and checked.
-					mu.Lock()
-					lostReported++
-					mu.Unlock()
-					rerr = nil
-				}
-				if err == nil && errors.Is(rerr, context.DeadlineExceeded) {
-					// The release statement ran out of its own bound on a
-					// starved machine: the lease then ends by its TTL. The
-					// section itself was entered and left under the checks.
-					rerr = nil
-				}
-				if err == nil && rerr != nil {
-					err = rerr
-				}
-				if err != nil {
-					fail(errors.Is(err, errOverlap), err)
-					continue
-				}
-				mu.Lock()
-				sections++
-				mu.Unlock()
+		err = exclusiontest.Section(
+			func() (int64, error) { return guarded(ctx, db, pool, l, exclusiontest.EnterFenced, me, l.Token(), k) },
+			func() (int64, error) { return plain(ctx, db, pool, exclusiontest.Leave, k, me) },
+			time.Millisecond)
+		if errors.Is(err, lease.ErrLost) {
+			// Lost under load before the section could enter (no renewal
+			// confirmed in time on a starved machine) — and reported: the
+			// guard refused, nothing was written. Only an overlap or an
+			// unreported loss breaks the promise. The section runs again.
+			o := exclusiontest.Outcome{Lost: true, Redo: true}
+			if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
+				o.Err = rerr
 			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		fmt.Println("first error:", firstErr)
-	}
-	fmt.Printf("RESULT sections=%d overlaps=%d errors=%d lost=%d\n", sections, overlaps, errs, lostReported)
-	return 0
+			return o
+		}
+		var o exclusiontest.Outcome
+		rerr := l.Release(ctx)
+		if errors.Is(rerr, lease.ErrNotHeld) && !time.Now().Before(l.Deadline()) {
+			// Lost under load (a renewal queued too long) — and reported:
+			// the server let go no earlier than the local deadline. The
+			// section itself was guarded and checked.
+			o.Lost = true
+			rerr = nil
+		}
+		if err == nil && errors.Is(rerr, context.DeadlineExceeded) {
+			// The release statement ran out of its own bound on a starved
+			// machine: the lease then ends by its TTL. The section itself
+			// was entered and left under the checks.
+			rerr = nil
+		}
+		o.Err = err
+		if err == nil {
+			o.Err = rerr
+		}
+		return o
+	})
 }
 
-var errOverlap = errors.New("overlap: the section's row was not as a sole holder leaves it")
+// guarded runs one statement in a transaction guarded by l: through
+// QueueGuard in one batch on pgx, through Guard on database/sql.
+func guarded(ctx context.Context, db *sql.DB, pool *pgxpool.Pool, l *lease.Lease, q string, args ...any) (rows int64, err error) {
+	if pool != nil {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			l.QueueGuard(b)
+			b.Queue(q, args...).Exec(func(t pgconn.CommandTag) error {
+				rows = t.RowsAffected()
+				return nil
+			})
+			return tx.SendBatch(ctx, b).Close()
+		})
+		return rows, err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	if err := l.Guard(ctx, tx); err != nil {
+		return 0, err
+	}
+	r, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	if rows, err = r.RowsAffected(); err != nil {
+		return 0, err
+	}
+	return rows, tx.Commit()
+}
+
+// plain runs one statement on its own.
+func plain(ctx context.Context, db *sql.DB, pool *pgxpool.Pool, q string, args ...any) (int64, error) {
+	if pool != nil {
+		t, err := pool.Exec(ctx, q, args...)
+		return t.RowsAffected(), err
+	}
+	r, err := db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
 
 // pausedChild acquires LEASE_NAME for LEASE_TTL, says "ACQUIRED <token>",
 // and waits for a line on stdin (the parent stops it with SIGSTOP before

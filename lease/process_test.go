@@ -2,21 +2,19 @@ package lease_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlock/sqlock/internal/exclusiontest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/lease"
 )
@@ -36,12 +34,6 @@ type exclusionRun struct {
 	n    int // sections per goroutine
 }
 
-const (
-	exclusionProcs      = 4
-	exclusionGoroutines = 8
-	exclusionKeys       = 4
-)
-
 // TestExclusionAcrossProcesses: 4 OS processes × 8 goroutines × N
 // acquisitions on 4 lease names with TTL 500 ms and random hold times,
 // directly (LISTEN) and through PgBouncer in transaction mode (polling);
@@ -59,59 +51,17 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			db := newDB(t)
-			db.Exec(`CREATE TABLE excl (k int PRIMARY KEY, holder text, last_token bigint NOT NULL DEFAULT 0, n bigint NOT NULL DEFAULT 0)`)
-			db.Exec(fmt.Sprintf(`INSERT INTO excl (k) SELECT generate_series(0, %d)`, exclusionKeys-1))
 			n := r.n
 			if v, err := strconv.Atoi(os.Getenv("LEASE_EXCLUSION_N")); err == nil && v > 0 {
 				n = v
 			}
 			dsn, poll := r.dsn(t, db)
-			start := time.Now()
-			type result struct {
-				sections, overlaps, errs, lost int
-				out                            string
-			}
-			results := make([]result, exclusionProcs)
-			var wg sync.WaitGroup
-			for p := range exclusionProcs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					cmd := child(t, "exclusion", "LEASE_DSN="+dsn, "LEASE_POLL="+poll, "LEASE_PROC="+strconv.Itoa(p),
-						"LEASE_N="+strconv.Itoa(n), "LEASE_GOROUTINES="+strconv.Itoa(exclusionGoroutines),
-						"LEASE_KEYS="+strconv.Itoa(exclusionKeys), "LEASE_BACKEND="+[]string{"sql", "pgx"}[p%2])
-					out, err := cmd.CombinedOutput()
-					res := &results[p]
-					res.out = string(out)
-					if err != nil {
-						res.errs = -1
-						return
-					}
-					sc := bufio.NewScanner(bytes.NewReader(out))
-					for sc.Scan() {
-						fmt.Sscanf(sc.Text(), "RESULT sections=%d overlaps=%d errors=%d lost=%d", &res.sections, &res.overlaps, &res.errs, &res.lost)
-					}
-				}()
-			}
-			wg.Wait()
-			total, lost := 0, 0
-			for p, res := range results {
-				lost += res.lost
-				if res.errs != 0 || res.overlaps != 0 || res.sections != exclusionGoroutines*n {
-					t.Errorf("process %d: %d sections, %d overlaps, %d errors; output:\n%s", p, res.sections, res.overlaps, res.errs, res.out)
-				}
-				total += res.sections
-			}
-			var sum int64
-			var held int
-			if err := admin(t, db).QueryRow(context.Background(), `SELECT sum(n), count(holder) FROM excl`).Scan(&sum, &held); err != nil {
-				t.Fatal(err)
-			}
-			if sum != int64(total) || held != 0 {
-				t.Fatalf("counters sum to %d after %d sections, %d rows still marked held", sum, total, held)
-			}
+			cfg := exclusiontest.Config{Procs: 4, Goroutines: 8, Keys: 4, N: n, Worker: func(p int) *exec.Cmd {
+				return child(t, "exclusion", "LEASE_DSN="+dsn, "LEASE_POLL="+poll, "LEASE_BACKEND="+[]string{"sql", "pgx"}[p%2])
+			}}
+			sum := exclusiontest.Run(t, db, cfg)
 			t.Logf("%d processes × %d goroutines × %d sections on %d names = %d acquisitions, 0 overlaps, tokens increasing, %d leases lost under load (all reported before the server let go), in %v",
-				exclusionProcs, exclusionGoroutines, n, exclusionKeys, total, lost, time.Since(start).Round(time.Millisecond))
+				cfg.Procs, cfg.Goroutines, n, cfg.Keys, sum.Sections, sum.Lost, sum.Took.Round(time.Millisecond))
 		})
 	}
 }

@@ -6,16 +6,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/exclusiontest"
 	"github.com/sqlock/sqlock/redislock"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -57,13 +56,9 @@ func childAcquirer() (sqlock.Acquirer, func(), error) {
 	return redislock.NewRedlock(cs, redislock.WithTimeout(time.Minute)).Acquirer(ttl), closeAll, nil
 }
 
-// exclusionChild runs REDIS_GOROUTINES goroutines × REDIS_N critical
-// sections on REDIS_KEYS lock names. A section enters by marking its key's
-// PostgreSQL row as held by itself, only if no one holds it (and, for a
-// fenced lock, only if the row's last token is smaller than its own), and
-// leaves by clearing the mark (only if it is still its own) and counting
-// itself. An overlap, or a token not greater than an earlier holder's, makes
-// an enter or exit match no row.
+// exclusionChild runs the sections of exclusiontest on the locks of
+// childAcquirer; a fenced lock's section checks its token against the last
+// holder's.
 func exclusionChild() int {
 	locks, closeAll, err := childAcquirer()
 	if err != nil {
@@ -78,93 +73,37 @@ func exclusionChild() int {
 	}
 	defer db.Close()
 	db.SetMaxIdleConns(16)
-	n, _ := strconv.Atoi(os.Getenv("REDIS_N"))
-	goroutines, _ := strconv.Atoi(os.Getenv("REDIS_GOROUTINES"))
-	keys, _ := strconv.Atoi(os.Getenv("REDIS_KEYS"))
-	proc := os.Getenv("REDIS_PROC")
-	ctx := context.Background()
-	var mu sync.Mutex
-	var sections, overlaps, errs, lost int
-	var firstErr error
-	fail := func(overlap bool, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if overlap {
-			overlaps++
-		} else {
-			errs++
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	exec := func(q string, args ...any) (int64, error) {
-		r, err := db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return 0, err
-		}
-		return r.RowsAffected()
-	}
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Go(func() {
-			me := fmt.Sprintf("%s/%d", proc, g)
-			for range n {
-				k := rand.IntN(keys)
-				l, err := locks.Acquire(ctx, "excl:"+strconv.Itoa(k))
-				if err != nil {
-					fail(false, err)
-					continue
-				}
-				var rows int64
-				if f, ok := l.(sqlock.Fenced); ok {
-					rows, err = exec(`UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`, me, f.Token(), k)
-				} else {
-					rows, err = exec(`UPDATE excl SET holder = $1 WHERE k = $2 AND holder IS NULL`, me, k)
-				}
-				if err == nil && rows != 1 {
-					err = errOverlap
-				}
-				if err == nil {
-					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // the work
-					rows, err = exec(`UPDATE excl SET holder = NULL, n = n + 1 WHERE k = $1 AND holder = $2`, k, me)
-					if err == nil && rows != 1 {
-						err = errOverlap
-					}
-				}
-				if l.Err() != nil {
-					// Lost under load — and reported. Only an overlap or an
-					// unreported loss breaks the promise.
-					mu.Lock()
-					lost++
-					mu.Unlock()
-				}
-				rerr := l.Release(ctx)
-				if errors.Is(rerr, redislock.ErrNotHeld) && l.Err() != nil {
-					rerr = nil
-				}
-				if err == nil && rerr != nil {
-					err = rerr
-				}
-				if err != nil {
-					fail(errors.Is(err, errOverlap), err)
-					continue
-				}
-				mu.Lock()
-				sections++
-				mu.Unlock()
+	return exclusiontest.Child(func(ctx context.Context, me string, k int) exclusiontest.Outcome {
+		exec := func(q string, args ...any) (int64, error) {
+			r, err := db.ExecContext(ctx, q, args...)
+			if err != nil {
+				return 0, err
 			}
-		})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		fmt.Println("first error:", firstErr)
-	}
-	fmt.Printf("RESULT sections=%d overlaps=%d errors=%d lost=%d\n", sections, overlaps, errs, lost)
-	return 0
+			return r.RowsAffected()
+		}
+		l, err := locks.Acquire(ctx, "excl:"+strconv.Itoa(k))
+		if err != nil {
+			return exclusiontest.Outcome{Err: err}
+		}
+		err = exclusiontest.Section(func() (int64, error) {
+			if f, ok := l.(sqlock.Fenced); ok {
+				return exec(exclusiontest.EnterFenced, me, f.Token(), k)
+			}
+			return exec(exclusiontest.Enter, me, k)
+		}, func() (int64, error) { return exec(exclusiontest.Leave, k, me) }, 500*time.Microsecond)
+		// Lost under load — and reported. Only an overlap or an unreported
+		// loss breaks the promise.
+		o := exclusiontest.Outcome{Err: err, Lost: l.Err() != nil}
+		rerr := l.Release(ctx)
+		if errors.Is(rerr, redislock.ErrNotHeld) && l.Err() != nil {
+			rerr = nil
+		}
+		if err == nil {
+			o.Err = rerr
+		}
+		return o
+	})
 }
-
-var errOverlap = errors.New("overlap: the section's row was not as a sole holder leaves it")
 
 // pausedChild acquires REDIS_NAME on the one server of REDIS_ADDRS, says
 // "ACQUIRED <token>", and waits for a line on stdin (the parent stops it

@@ -2,19 +2,17 @@ package redislock_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sqlock/sqlock/internal/exclusiontest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
@@ -27,12 +25,6 @@ func child(role string, env ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + role}, env...)...)
 	return cmd
 }
-
-const (
-	exclusionProcs      = 4
-	exclusionGoroutines = 8
-	exclusionKeys       = 4
-)
 
 // TestExclusionAcrossProcesses: 4 OS processes × 8 goroutines × N
 // acquisitions on 4 lock names with TTL 500 ms and random hold times, on
@@ -59,56 +51,16 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 				addrs[i] = s.Addr
 			}
 			db := pgtest.New(t)
-			db.Exec(`CREATE TABLE excl (k int PRIMARY KEY, holder text, last_token bigint NOT NULL DEFAULT 0, n bigint NOT NULL DEFAULT 0)`)
-			db.Exec(fmt.Sprintf(`INSERT INTO excl (k) SELECT generate_series(0, %d)`, exclusionKeys-1))
 			n := c.n
 			if v, err := strconv.Atoi(os.Getenv("REDIS_EXCLUSION_N")); err == nil && v > 0 {
 				n = v
 			}
-			start := time.Now()
-			type result struct {
-				sections, overlaps, errs, lost int
-				out                            string
-			}
-			results := make([]result, exclusionProcs)
-			var wg sync.WaitGroup
-			for p := range exclusionProcs {
-				wg.Go(func() {
-					cmd := child("exclusion", "REDIS_ADDRS="+strings.Join(addrs, ","), "REDIS_DSN="+db.DSN,
-						"REDIS_TTL=500ms", "REDIS_PROC="+strconv.Itoa(p), "REDIS_N="+strconv.Itoa(n),
-						"REDIS_GOROUTINES="+strconv.Itoa(exclusionGoroutines), "REDIS_KEYS="+strconv.Itoa(exclusionKeys))
-					out, err := cmd.CombinedOutput()
-					res := &results[p]
-					res.out = string(out)
-					if err != nil {
-						res.errs = -1
-						return
-					}
-					sc := bufio.NewScanner(bytes.NewReader(out))
-					for sc.Scan() {
-						fmt.Sscanf(sc.Text(), "RESULT sections=%d overlaps=%d errors=%d lost=%d", &res.sections, &res.overlaps, &res.errs, &res.lost)
-					}
-				})
-			}
-			wg.Wait()
-			total, lost := 0, 0
-			for p, res := range results {
-				lost += res.lost
-				if res.errs != 0 || res.overlaps != 0 || res.sections != exclusionGoroutines*n {
-					t.Errorf("process %d: %d sections, %d overlaps, %d errors; output:\n%s", p, res.sections, res.overlaps, res.errs, res.out)
-				}
-				total += res.sections
-			}
-			var sum int64
-			var held int
-			if err := db.SQL().QueryRow(`SELECT sum(n), count(holder) FROM excl`).Scan(&sum, &held); err != nil {
-				t.Fatal(err)
-			}
-			if sum != int64(total) || held != 0 {
-				t.Fatalf("counters sum to %d after %d sections, %d rows still marked held", sum, total, held)
-			}
+			cfg := exclusiontest.Config{Procs: 4, Goroutines: 8, Keys: 4, N: n, Worker: func(int) *exec.Cmd {
+				return child("exclusion", "REDIS_ADDRS="+strings.Join(addrs, ","), "REDIS_DSN="+db.DSN, "REDIS_TTL=500ms")
+			}}
+			sum := exclusiontest.Run(t, db, cfg)
 			t.Logf("%d processes × %d goroutines × %d sections on %d names = %d acquisitions, 0 overlaps, %d locks lost under load (reported), in %v",
-				exclusionProcs, exclusionGoroutines, n, exclusionKeys, total, lost, time.Since(start).Round(time.Millisecond))
+				cfg.Procs, cfg.Goroutines, n, cfg.Keys, sum.Sections, sum.Lost, sum.Took.Round(time.Millisecond))
 		})
 	}
 }
