@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,18 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// The examples connect to DATABASE_URL, as a program would.
-	if os.Getenv(pgtest.EnvDSN) == "" {
-		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
-		code := m.Run()
-		c.Close()
-		os.Exit(code)
-	}
-	pgtest.Main(m)
+	pgtest.MainWithDSN(m)
 }
 
 // backend is one way to get a sqlock.Acquirer: the only line a caller

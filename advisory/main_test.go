@@ -13,9 +13,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/leakcheck"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/txlock"
-	"go.uber.org/goleak"
 )
 
 // childEnv makes the test binary a worker process of
@@ -26,20 +26,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(exclusionChild())
 	}
-	// The examples connect to DATABASE_URL, as a program would; make sure
-	// it names a server.
-	if os.Getenv(pgtest.EnvDSN) == "" {
-		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
-		code := m.Run()
-		c.Close()
-		os.Exit(code)
-	}
-	pgtest.Main(m)
+	// The examples connect to DATABASE_URL, as a program would.
+	pgtest.MainWithDSN(m)
 }
 
 // backends are the two handle types a Locker runs on, plus lib/pq for the
@@ -186,19 +174,8 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// leakCheck must be called first in a test: its cleanup then runs after
-// every pool and database of the test is closed, and fails the test if any
-// goroutine started since is still running (goleak retries for a while, so
-// goroutines that are on their way out are not reported).
-func leakCheck(t *testing.T) {
-	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() {
-		if err := goleak.Find(ignore); err != nil {
-			t.Error(err)
-		}
-	})
-}
+// leakCheck must be called first in a test (see leakcheck.Check).
+func leakCheck(t *testing.T) { t.Helper(); leakcheck.Check(t) }
 
 // pgxPoolWith opens a pgx pool on db with the given maximum size.
 func pgxPoolWith(t testing.TB, db *pgtest.DB, maxConns int32) *pgxpool.Pool {

@@ -3,7 +3,6 @@ package idem_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -13,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
-	"go.uber.org/goleak"
 
 	"github.com/sqlock/sqlock/idem"
+	"github.com/sqlock/sqlock/internal/leakcheck"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
@@ -27,31 +26,11 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(role))
 	}
 	// The examples connect to DATABASE_URL, as a program would.
-	if os.Getenv(pgtest.EnvDSN) == "" {
-		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
-		code := m.Run()
-		c.Close()
-		os.Exit(code)
-	}
-	pgtest.Main(m)
+	pgtest.MainWithDSN(m)
 }
 
-// leakCheck must be called first in a test: its cleanup runs after every
-// pool of the test is closed.
-func leakCheck(t *testing.T) {
-	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() {
-		if err := goleak.Find(ignore); err != nil {
-			t.Error(err)
-		}
-	})
-}
+// leakCheck must be called first in a test (see leakcheck.Check).
+func leakCheck(t *testing.T) { t.Helper(); leakcheck.Check(t) }
 
 // newDB is a fresh database with the keys table and an effects table that
 // the tests' functions write to (one row per execution).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -19,18 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// The examples connect to DATABASE_URL, as a program would.
-	if os.Getenv(pgtest.EnvDSN) == "" {
-		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
-		code := m.Run()
-		c.Close()
-		os.Exit(code)
-	}
-	pgtest.Main(m)
+	pgtest.MainWithDSN(m)
 }
 
 // session is one connection of its own, named by application_name.

@@ -3,7 +3,6 @@ package lease_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -12,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
-	"go.uber.org/goleak"
 
+	"github.com/sqlock/sqlock/internal/leakcheck"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/lease"
 )
@@ -27,18 +26,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(role))
 	}
 	// The examples connect to DATABASE_URL, as a program would.
-	if os.Getenv(pgtest.EnvDSN) == "" {
-		c, err := pgtest.StartCluster(context.Background(), pgtest.Options{})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Setenv(pgtest.EnvDSN, c.AdminDSN())
-		code := m.Run()
-		c.Close()
-		os.Exit(code)
-	}
-	pgtest.Main(m)
+	pgtest.MainWithDSN(m)
 }
 
 // backendCase is one handle type a Manager runs on.
@@ -112,18 +100,8 @@ func admin(t testing.TB, db *pgtest.DB) *pgx.Conn {
 	return conn
 }
 
-// leakCheck must be called first in a test: its cleanup then runs after
-// every pool of the test is closed, and fails the test if a goroutine
-// started since is still running.
-func leakCheck(t *testing.T) {
-	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() {
-		if err := goleak.Find(ignore); err != nil {
-			t.Error(err)
-		}
-	})
-}
+// leakCheck must be called first in a test (see leakcheck.Check).
+func leakCheck(t *testing.T) { t.Helper(); leakcheck.Check(t) }
 
 // row is the leases table's row for name, read behind the package's back.
 type row struct {

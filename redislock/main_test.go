@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/sqlock/sqlock/internal/leakcheck"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/internal/redistest"
 )
@@ -49,21 +50,13 @@ func TestMain(m *testing.M) {
 // garbage collected closes its watchdog's pipe, which stops it.
 var exampleServers []*redistest.Server
 
-// leakCheck must be called first in a test: its cleanup then runs after
-// every client of the test is closed, and fails the test if a goroutine
-// started since is still running.
+// leakCheck must be called first in a test (see leakcheck.Check). go-redis
+// probes a dead server from a goroutine of its own, once a second until the
+// server answers or the client is closed: not ours, and gone within a
+// second of the client's Close.
 func leakCheck(t *testing.T) {
 	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	// go-redis probes a dead server from a goroutine of its own, once a
-	// second until the server answers or the client is closed: not ours,
-	// and gone within a second of the client's Close.
-	probe := goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
-	t.Cleanup(func() {
-		if err := goleak.Find(ignore, probe); err != nil {
-			t.Error(err)
-		}
-	})
+	leakcheck.Check(t, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 // counter counts the commands a client sends (each one round trip: the

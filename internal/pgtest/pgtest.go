@@ -64,6 +64,25 @@ func Main(m *testing.M, after ...func()) {
 	os.Exit(code)
 }
 
+// MainWithDSN is Main for a package whose Examples connect to DATABASE_URL,
+// as a program would: when it is not set, it starts a cluster, sets
+// DATABASE_URL to it for the tests and Examples, and closes it once they
+// are done. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.MainWithDSN(m) }
+func MainWithDSN(m *testing.M, after ...func()) {
+	if os.Getenv(EnvDSN) == "" {
+		c, err := StartCluster(context.Background(), Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Setenv(EnvDSN, c.AdminDSN())
+		after = append(after, func() { c.Close() })
+	}
+	Main(m, after...)
+}
+
 // NewCluster starts a private cluster for tests that stop or restart the
 // server, closed when the test ends.
 func NewCluster(tb testing.TB, opts Options) *Cluster {
