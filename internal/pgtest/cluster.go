@@ -93,6 +93,14 @@ func startOnce(ctx context.Context, bin string, cred *syscall.Credential, opts O
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	settings := serverSettings(dir, opts.Settings)
+	settings["port"] = strconv.Itoa(port)
+	return spawn(ctx, bin, data, dir, port, settings, cred)
+}
+
+// serverSettings are the settings of a server in dir: the defaults, then
+// each of overrides in order.
+func serverSettings(dir string, overrides ...map[string]string) map[string]string {
 	settings := map[string]string{
 		"fsync":                   "off",
 		"full_page_writes":        "off",
@@ -101,11 +109,12 @@ func startOnce(ctx context.Context, bin string, cred *syscall.Credential, opts O
 		"unix_socket_directories": dir,
 		"log_min_messages":        "warning",
 	}
-	for k, v := range opts.Settings {
-		settings[k] = v
+	for _, o := range overrides {
+		for k, v := range o {
+			settings[k] = v
+		}
 	}
-	settings["port"] = strconv.Itoa(port)
-	return spawn(ctx, bin, data, dir, port, settings, cred)
+	return settings
 }
 
 // spawn starts postgres on data under a watchdog that owns dir and waits

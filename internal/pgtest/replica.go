@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,14 @@ import (
 // standbyName is the standby's application_name and replication slot; the
 // primary's synchronous_standby_names names it.
 const standbyName = "standby"
+
+// replication are the settings both servers of a ReplicaSet run with.
+var replication = map[string]string{
+	"wal_level":             "replica",
+	"max_wal_senders":       "5",
+	"max_replication_slots": "5",
+	"hot_standby":           "on",
+}
 
 // ReplicaOptions tune a primary and standby started by StartReplicaSet.
 type ReplicaOptions struct {
@@ -105,12 +114,7 @@ func StartReplicaSet(ctx context.Context, opts ReplicaOptions) (*ReplicaSet, err
 	if err != nil {
 		return nil, err
 	}
-	primarySettings := map[string]string{
-		"wal_level":             "replica",
-		"max_wal_senders":       "5",
-		"max_replication_slots": "5",
-		"hot_standby":           "on",
-	}
+	primarySettings := maps.Clone(replication)
 	if opts.Synchronous {
 		primarySettings["synchronous_standby_names"] = standbyName
 		primarySettings["synchronous_commit"] = "on"
@@ -191,27 +195,14 @@ func spawnStandby(ctx context.Context, bin string, cred *syscall.Credential, dir
 	if err != nil {
 		return nil, err
 	}
-	settings := map[string]string{
-		"fsync":                   "off",
-		"full_page_writes":        "off",
-		"max_connections":         "300",
-		"listen_addresses":        "127.0.0.1",
-		"unix_socket_directories": dir,
-		"log_min_messages":        "warning",
-		"wal_level":               "replica",
-		"max_wal_senders":         "5",
-		"max_replication_slots":   "5",
-		"hot_standby":             "on",
+	settings := serverSettings(dir, replication, map[string]string{
 		// Reported to the primary at once, so a synchronous commit waits
 		// no longer than the write.
 		"wal_receiver_status_interval": "1s",
 		"primary_conninfo": fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s",
 			primaryPort, standbyName),
 		"primary_slot_name": standbyName,
-	}
-	for k, v := range opts.Settings {
-		settings[k] = v
-	}
+	}, opts.Settings)
 	// The standby, once promoted, has no standby of its own: it must not
 	// wait for one.
 	settings["synchronous_standby_names"] = ""
