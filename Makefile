@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WITHPG := $(GO) run ./internal/pgtest/cmd/withpg
 FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
-FUZZ_TARGETS := ./pghash:FuzzTextExtended ./internal/vmodel:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./gormplugin:FuzzConditions
+FUZZ_TARGETS := ./pghash:FuzzTextExtended ./internal/vmodel:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./sqlxhelpers:FuzzRewriteMySQL ./gormplugin:FuzzConditions
 # Model-based (rapid) tests that `make fuzz` runs with RAPID_CHECKS checks
 # (make test runs rapid's default 100).
 # The gormplugin model test counts writes instead (SQLOCK_MODEL_OPS; make test

@@ -32,8 +32,9 @@
 //     was taken over is refused (versioned.ErrFenced), and a write with no
 //     token is refused before anything is sent.
 //
-// NamedExec reads PostgreSQL's grammar (pgx, lib/pq) and is refused on a
-// MySQL handle (a *[RewriteError] matching sqlock.ErrUnsupported); Update
-// and Delete work with any driver sqlx knows, MySQL and MariaDB included. The statements, the rewriter's lexical
-// rules and the shapes it accepts are in docs/sqlxhelpers.md.
+// NamedExec reads PostgreSQL's grammar (pgx, lib/pq), or MySQL's on a
+// MySQL or MariaDB handle, where what depends on sql_mode ("…", a backslash
+// in a string) or runs from a comment (/*! … */) is refused; Update and
+// Delete work with any driver sqlx knows. The statements, the rewriter's
+// lexical rules and the shapes it accepts are in docs/sqlxhelpers.md.
 package sqlxhelpers

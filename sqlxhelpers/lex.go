@@ -1,6 +1,7 @@
 package sqlxhelpers
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -11,7 +12,7 @@ type tokKind uint8
 
 const (
 	tkWord       tokKind = iota + 1 // unquoted identifier or keyword
-	tkQIdent                        // "quoted" or U&"quoted" identifier
+	tkQIdent                        // "quoted" or U&"quoted" identifier; `quoted` on MySQL
 	tkString                        // '…', E'…', U&'…', B'…', X'…', N'…', $tag$…$tag$
 	tkNumber                        // 42, 1.5e3, 0x1F
 	tkParam                         // :name (sqlx named parameter)
@@ -44,6 +45,7 @@ type token struct {
 // rewriter never needs to know where a multi-character operator ends.
 type lexer struct {
 	q      string
+	mysql  bool // MySQL's lexical grammar (see lexMySQL)
 	toks   []token
 	stack  []byte // open brackets: '(' or '['
 	params int
@@ -57,7 +59,23 @@ func lexErr(kind string, off int, reason string) *RewriteError {
 // unterminated quote, identifier, comment or dollar quote, unbalanced
 // brackets, a backslash in a standard string, a NUL byte, a stray '$'.
 func lex(q string, toks []token) ([]token, *RewriteError) {
-	l := lexer{q: q, toks: toks[:0]}
+	return lexDialect(q, toks, false)
+}
+
+// lexMySQL tokenizes q as MySQL and MariaDB do: `backquoted` identifiers,
+// '#' and "-- " comments to the end of the line, /* */ comments that do not
+// nest. Where MySQL's reading depends on the session's sql_mode or version
+// it refuses instead of guessing: a "…" token (a string, or an identifier
+// under ANSI_QUOTES), a backslash in a string (an escape, or itself under
+// NO_BACKSLASH_ESCAPES), an executable /*! … */ or /*M! … */ comment, a
+// /* inside a comment, "--" not followed by a space, and a '$' that starts
+// a token.
+func lexMySQL(q string, toks []token) ([]token, *RewriteError) {
+	return lexDialect(q, toks, true)
+}
+
+func lexDialect(q string, toks []token, mysql bool) ([]token, *RewriteError) {
+	l := lexer{q: q, toks: toks[:0], mysql: mysql}
 	if err := l.run(); err != nil {
 		return nil, err
 	}
@@ -84,98 +102,202 @@ func isSpace(c byte) bool {
 }
 
 func (l *lexer) run() *RewriteError {
-	q := l.q
-	i := 0
-	for i < len(q) {
-		c := q[i]
-		switch {
-		case c == 0:
-			return lexErr(kindSyntax, i, "NUL byte in statement")
-		case isSpace(c):
-			i++
-		case c == '-' && i+1 < len(q) && q[i+1] == '-':
-			i += 2
-			for i < len(q) && q[i] != '\n' && q[i] != '\r' {
-				i++
-			}
-		case c == '/' && i+1 < len(q) && q[i+1] == '*':
-			end, err := l.blockComment(i)
-			if err != nil {
-				return err
-			}
-			i = end
-		case c == '\'':
-			end, err := l.stdString(i, i)
-			if err != nil {
-				return err
-			}
-			l.emit(tkString, i, end)
-			i = end
-		case c == '"':
-			end, err := l.quotedIdent(i, i)
-			if err != nil {
-				return err
-			}
-			l.emit(tkQIdent, i, end)
-			i = end
-		case c == '$':
-			end, kind, err := l.dollar(i)
-			if err != nil {
-				return err
-			}
-			l.emit(kind, i, end)
-			i = end
-		case c == ':':
-			i = l.colon(i)
-		case isDigit(c) || c == '.' && i+1 < len(q) && isDigit(q[i+1]):
-			i = l.number(i)
-		case isIdentStart(c):
-			end, err := l.word(i)
-			if err != nil {
-				return err
-			}
-			i = end
-		case c == '(' || c == '[':
-			if c == '(' {
-				l.emit(tkLParen, i, i+1)
-			} else {
-				l.emit(tkLBrack, i, i+1)
-			}
-			l.stack = append(l.stack, c)
-			i++
-		case c == ')' || c == ']':
-			open := byte('(')
-			kind := tkRParen
-			if c == ']' {
-				open, kind = '[', tkRBrack
-			}
-			if len(l.stack) == 0 || l.stack[len(l.stack)-1] != open {
-				return lexErr(kindUnbalanced, i, "unmatched '"+string(c)+"'")
-			}
-			l.stack = l.stack[:len(l.stack)-1]
-			l.emit(kind, i, i+1)
-			i++
-		case c == ',':
-			l.emit(tkComma, i, i+1)
-			i++
-		case c == ';':
-			l.emit(tkSemi, i, i+1)
-			i++
-		case c == '.':
-			l.emit(tkDot, i, i+1)
-			i++
-		default:
-			if c >= 0x80 { // unreachable: bytes >= 0x80 start identifiers
-				return lexErr(kindSyntax, i, "unexpected byte")
-			}
-			l.emit(tkOp, i, i+1)
-			i++
+	for i := 0; i < len(l.q); {
+		next, err := l.mysqlToken(i)
+		if next == 0 && err == nil {
+			next, err = l.token(i)
 		}
+		if err != nil {
+			return err
+		}
+		i = next
 	}
 	if len(l.stack) > 0 {
-		return lexErr(kindUnbalanced, len(q), "unclosed '"+string(l.stack[len(l.stack)-1])+"'")
+		return lexErr(kindUnbalanced, len(l.q), "unclosed '"+string(l.stack[len(l.stack)-1])+"'")
 	}
 	return nil
+}
+
+// token scans the token (or the space or comment) at i by PostgreSQL's
+// rules and returns where it ends.
+func (l *lexer) token(i int) (int, *RewriteError) {
+	q := l.q
+	c := q[i]
+	switch {
+	case c == 0:
+		return 0, lexErr(kindSyntax, i, "NUL byte in statement")
+	case isSpace(c):
+		return i + 1, nil
+	case c == '-' && i+1 < len(q) && q[i+1] == '-':
+		i += 2
+		for i < len(q) && q[i] != '\n' && q[i] != '\r' {
+			i++
+		}
+		return i, nil
+	case c == '/' && i+1 < len(q) && q[i+1] == '*':
+		return l.blockComment(i)
+	case c == '\'':
+		end, err := l.stdString(i, i)
+		if err != nil {
+			return 0, err
+		}
+		l.emit(tkString, i, end)
+		return end, nil
+	case c == '"':
+		end, err := l.quotedIdent(i, i)
+		if err != nil {
+			return 0, err
+		}
+		l.emit(tkQIdent, i, end)
+		return end, nil
+	case c == '$':
+		end, kind, err := l.dollar(i)
+		if err != nil {
+			return 0, err
+		}
+		l.emit(kind, i, end)
+		return end, nil
+	case c == ':':
+		return l.colon(i), nil
+	case isDigit(c) || c == '.' && i+1 < len(q) && isDigit(q[i+1]):
+		return l.number(i), nil
+	case isIdentStart(c):
+		return l.word(i)
+	case c == '(' || c == '[':
+		if c == '(' {
+			l.emit(tkLParen, i, i+1)
+		} else {
+			l.emit(tkLBrack, i, i+1)
+		}
+		l.stack = append(l.stack, c)
+		return i + 1, nil
+	case c == ')' || c == ']':
+		open := byte('(')
+		kind := tkRParen
+		if c == ']' {
+			open, kind = '[', tkRBrack
+		}
+		if len(l.stack) == 0 || l.stack[len(l.stack)-1] != open {
+			return 0, lexErr(kindUnbalanced, i, "unmatched '"+string(c)+"'")
+		}
+		l.stack = l.stack[:len(l.stack)-1]
+		l.emit(kind, i, i+1)
+		return i + 1, nil
+	case c == ',':
+		l.emit(tkComma, i, i+1)
+	case c == ';':
+		l.emit(tkSemi, i, i+1)
+	case c == '.':
+		l.emit(tkDot, i, i+1)
+	default:
+		if c >= 0x80 { // unreachable: bytes >= 0x80 start identifiers
+			return 0, lexErr(kindSyntax, i, "unexpected byte")
+		}
+		l.emit(tkOp, i, i+1)
+	}
+	return i + 1, nil
+}
+
+// mysqlToken scans, on MySQL, what MySQL reads otherwise than PostgreSQL
+// at i, and returns where it ends; 0 (and no error) leaves i to token.
+func (l *lexer) mysqlToken(i int) (int, *RewriteError) {
+	if !l.mysql {
+		return 0, nil
+	}
+	q := l.q
+	c := q[i]
+	switch {
+	case c == '#':
+		return lineEnd(q, i), nil
+	case c == '-' && i+1 < len(q) && q[i+1] == '-':
+		if i+2 < len(q) && !isSpace(q[i+2]) && q[i+2] >= ' ' {
+			return 0, lexErr(kindSyntax, i, "'--' not followed by a space: MySQL reads it as two minus signs, not a comment; write '- -' or '-- '")
+		}
+		return lineEnd(q, i), nil
+	case c == '/' && i+1 < len(q) && q[i+1] == '*':
+		return l.mysqlComment(i)
+	case c == '\'':
+		end, err := l.mysqlString(i)
+		if err != nil {
+			return 0, err
+		}
+		l.emit(tkString, i, end)
+		return end, nil
+	case c == '"':
+		return 0, lexErr(kindAmbiguousString, i, `"…" is a string, or an identifier under sql_mode ANSI_QUOTES: write strings in '…' and identifiers in `+"`…`")
+	case c == '`':
+		end, err := l.doubledQuote(i, i, '`', "unterminated quoted identifier")
+		if err != nil {
+			return 0, err
+		}
+		l.emit(tkQIdent, i, end)
+		return end, nil
+	case c == '$':
+		return 0, lexErr(kindSyntax, i, "'$' at the start of a token")
+	case isIdentStart(c):
+		// No prefixed strings (E'…', U&'…'): a letter before a quote is a
+		// word of its own (x'…', b'…', N'…' and _charset'…' end where the
+		// string does).
+		j := i + 1
+		for j < len(q) && isIdentCont(q[j]) {
+			j++
+		}
+		l.emit(tkWord, i, j)
+		return j, nil
+	}
+	return 0, nil
+}
+
+// lineEnd returns where a MySQL line comment starting at i ends: at the
+// next newline.
+func lineEnd(q string, i int) int {
+	for i < len(q) && q[i] != '\n' {
+		i++
+	}
+	return i
+}
+
+// mysqlComment skips a /* */ comment at i, which ends at the first */.
+// It refuses an executable comment, whose text MySQL or MariaDB runs, and
+// a /* inside the comment, which some versions read as nesting.
+func (l *lexer) mysqlComment(i int) (int, *RewriteError) {
+	q := l.q
+	if strings.HasPrefix(q[i+2:], "!") || strings.HasPrefix(q[i+2:], "M!") {
+		return 0, lexErr(kindUnsupported, i, "an executable comment (/*! … */) is SQL the server runs: the rewriter does not read inside comments")
+	}
+	for j := i + 2; j+1 < len(q); j++ {
+		switch {
+		case q[j] == '*' && q[j+1] == '/':
+			return j + 2, nil
+		case q[j] == '/' && q[j+1] == '*':
+			return 0, lexErr(kindSyntax, j, "'/*' inside a comment")
+		case q[j] == 0:
+			return 0, lexErr(kindSyntax, j, "NUL byte in statement")
+		}
+	}
+	return 0, lexErr(kindUnbalanced, i, "unterminated /* comment")
+}
+
+// mysqlString scans a '…' string at i, where a doubled quote is a quote. A
+// backslash is refused: it escapes the next character unless sql_mode has
+// NO_BACKSLASH_ESCAPES, so where the string ends would depend on the session.
+func (l *lexer) mysqlString(i int) (int, *RewriteError) {
+	q := l.q
+	for j := i + 1; j < len(q); j++ {
+		switch q[j] {
+		case '\'':
+			if j+1 < len(q) && q[j+1] == '\'' {
+				j++
+				continue
+			}
+			return j + 1, nil
+		case '\\':
+			return 0, lexErr(kindAmbiguousString, j, "backslash in a string: its meaning depends on sql_mode NO_BACKSLASH_ESCAPES; pass the value as a parameter")
+		case 0:
+			return 0, lexErr(kindSyntax, j, "NUL byte in statement")
+		}
+	}
+	return 0, lexErr(kindUnbalanced, i, "unterminated string")
 }
 
 // number scans a numeric literal at i: digits, letters (exponents, 0x…,

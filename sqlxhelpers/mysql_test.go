@@ -67,29 +67,58 @@ func TestMySQLStructWrites(t *testing.T) {
 	}
 }
 
-// TestMySQLNamedExecIsRefused: on a MySQL handle NamedExec, whose rewriter
-// reads PostgreSQL's grammar, is refused with *RewriteError
-// (sqlock.ErrUnsupported) and nothing is sent — also for a statement a '#'
-// comment would turn into an unguarded write of every row.
-func TestMySQLNamedExecIsRefused(t *testing.T) {
+// TestMySQLNamedExecGuarded: on MariaDB, NamedExec reads MySQL's grammar:
+// a named UPDATE (with `backquotes` and a '#' comment after its condition)
+// bumps the version, a stale one changes nothing and is
+// *versioned.StaleError, a named DELETE of the current version deletes;
+// a '#' comment that would hide the WHERE and an executable /*! … */
+// comment are refused with *RewriteError, and nothing is sent.
+func TestMySQLNamedExecGuarded(t *testing.T) {
 	db := openMySQL(t, myAccountsDDL, `INSERT INTO accounts VALUES (1, 'ann', 10, 0), (2, 'bob', 10, 0)`)
 	ctx := context.Background()
 	h := newHelper(t, db)
 	a := Account{ID: 1, Owner: "ann", Balance: 30}
+	if err := h.NamedExec(ctx, "UPDATE `accounts` SET `balance` = :balance WHERE `id` = :id # the account\n", &a); err != nil || a.Version != 1 {
+		t.Fatalf("named update: %v, version %d", err, a.Version)
+	}
+	stale := Account{ID: 1, Owner: "ann", Balance: 99}
+	if err := h.NamedExec(ctx, "UPDATE accounts SET balance = :balance WHERE id = :id", &stale); !errors.Is(err, versioned.ErrStale) || stale.Version != 0 {
+		t.Fatalf("stale named update: %v, version %d", err, stale.Version)
+	}
 	for _, q := range []string{
-		"UPDATE accounts SET balance = :balance WHERE id = :id",
 		"UPDATE accounts SET balance = :balance # WHERE id = :id\n",
-		"UPDATE `accounts` SET `balance` = :balance WHERE `id` = :id",
+		"UPDATE accounts SET balance = :balance WHERE id = :id /*! OR 1 = 1 */",
+		`UPDATE accounts SET owner = "x" WHERE id = :id`,
 	} {
-		err := h.NamedExec(ctx, q, &a)
+		b := Account{ID: 2, Owner: "bob", Balance: 50}
 		var re *sqlxhelpers.RewriteError
-		if !errors.As(err, &re) || !errors.Is(err, sqlock.ErrUnsupported) || a.Version != 0 {
-			t.Fatalf("%q: %v, version %d; want *RewriteError matching sqlock.ErrUnsupported", q, err, a.Version)
+		if err := h.NamedExec(ctx, q, &b); !errors.As(err, &re) || b.Version != 0 {
+			t.Fatalf("%q: %v, version %d; want *RewriteError", q, err, b.Version)
 		}
 	}
 	var sum, versions int64
-	if err := db.QueryRow("SELECT SUM(balance), SUM(version) FROM accounts").Scan(&sum, &versions); err != nil || sum != 20 || versions != 0 {
-		t.Fatalf("balances %d, versions %d (%v): a refused statement was sent", sum, versions, err)
+	if err := db.QueryRow("SELECT SUM(balance), SUM(version) FROM accounts").Scan(&sum, &versions); err != nil || sum != 40 || versions != 1 {
+		t.Fatalf("balances %d, versions %d (%v): a refused or stale statement changed a row", sum, versions, err)
+	}
+	if err := h.NamedExec(ctx, "DELETE FROM accounts WHERE id = :id", &a); err != nil {
+		t.Fatalf("named delete: %v", err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM accounts").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d rows after the delete (%v)", n, err)
+	}
+}
+
+// TestMySQLNoLostUpdateNamed: 32 goroutines × 300 read–modify–write
+// increments of one row through NamedExec and retry on MariaDB: exactly
+// 9,600.
+func TestMySQLNoLostUpdateNamed(t *testing.T) {
+	workers, each := 32, mariatest.Increments()
+	got := myIncrements(t, workers, each, func(ctx context.Context, h *sqlxhelpers.Helper, a *Account) error {
+		return h.NamedExec(ctx, "UPDATE accounts SET balance = :balance WHERE id = :id", a)
+	})
+	if want := int64(workers * each); got.Balance != want || int64(got.Version) != want {
+		t.Fatalf("balance %d at version %d, want %d", got.Balance, got.Version, want)
 	}
 }
 
@@ -97,6 +126,18 @@ func TestMySQLNamedExecIsRefused(t *testing.T) {
 // of one row through Helper.Update and retry on MariaDB: exactly 9,600.
 func TestMySQLNoLostUpdate(t *testing.T) {
 	workers, each := 32, mariatest.Increments()
+	got := myIncrements(t, workers, each, func(ctx context.Context, h *sqlxhelpers.Helper, a *Account) error {
+		return h.Update(ctx, "accounts", a, sqlxhelpers.Columns("balance"))
+	})
+	if want := int64(workers * each); got.Balance != want || int64(got.Version) != want {
+		t.Fatalf("balance %d at version %d, want %d", got.Balance, got.Version, want)
+	}
+}
+
+// myIncrements runs workers goroutines × each read–modify–write increments
+// of account 1's balance on MariaDB, each written by write under retry,
+// and returns the row at the end.
+func myIncrements(t *testing.T, workers, each int, write func(context.Context, *sqlxhelpers.Helper, *Account) error) Account {
 	db := openMySQL(t, myAccountsDDL, `INSERT INTO accounts VALUES (1, 'ann', 0, 0)`)
 	db.SetMaxOpenConns(workers)
 	db.SetMaxIdleConns(workers)
@@ -115,7 +156,7 @@ func TestMySQLNoLostUpdate(t *testing.T) {
 						return err
 					}
 					a.Balance++
-					return h.Update(ctx, "accounts", &a, sqlxhelpers.Columns("balance"))
+					return write(ctx, h, &a)
 				})
 				if err != nil {
 					errs <- err
@@ -134,9 +175,7 @@ func TestMySQLNoLostUpdate(t *testing.T) {
 	if err := db.Get(&got, "SELECT * FROM accounts WHERE id = 1"); err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(workers * each); got.Balance != want || int64(got.Version) != want {
-		t.Fatalf("balance %d at version %d, want %d", got.Balance, got.Version, want)
-	}
+	return got
 }
 
 // TestMySQLFencedProbeReadsTheNewestRow: a fenced struct write inside a

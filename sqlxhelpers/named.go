@@ -40,11 +40,7 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 		return p
 	}
 	p.ti = ti
-	if s.cfg.quoteChar == '`' {
-		p.err = errNamedMySQL()
-		return p
-	}
-	g, err := rewriteQuery(query, ti.spec(s.cfg.bindType))
+	g, err := rewriteQuery(query, ti.spec(s.cfg.bindType, s.cfg.quoteChar == '`'))
 	if err != nil {
 		p.err = err
 		return p
@@ -66,8 +62,8 @@ func (s *state) buildNamed(t reflect.Type, query string) *namedPlan {
 	return p
 }
 
-func (ti *typeInfo) spec(bindType int) guardSpec {
-	return guardSpec{VersionColumn: ti.version.name, VersionParam: ti.versionParam, BindType: bindType}
+func (ti *typeInfo) spec(bindType int, mysql bool) guardSpec {
+	return guardSpec{VersionColumn: ti.version.name, VersionParam: ti.versionParam, BindType: bindType, MySQL: mysql}
 }
 
 // NamedExec runs a hand-written named UPDATE or DELETE (sqlx :name

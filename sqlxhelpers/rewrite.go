@@ -22,6 +22,10 @@ type guardSpec struct {
 	// BindType is the sqlx bind type of the driver (sqlx.DOLLAR for pgx
 	// and lib/pq); sqlx.UNKNOWN is written as '?' as sqlx does.
 	BindType int
+	// MySQL reads the statement in MySQL's grammar (lexMySQL), accepts
+	// only single-table statements without WITH, compares column names
+	// case-insensitively, and quotes the version column with backquotes.
+	MySQL bool
 }
 
 // guarded is a statement with its version bump and version guard added.
@@ -105,8 +109,9 @@ func asciiEqualFold(s, kw string) bool {
 }
 
 type parser struct {
-	q    string
-	toks []token
+	q     string
+	toks  []token
+	mysql bool
 }
 
 func (p *parser) text(i int) string { return p.q[p.toks[i].start:p.toks[i].end] }
@@ -167,11 +172,11 @@ func rewrite(query string, spec guardSpec, buf []token) (*guarded, *RewriteError
 	if err := checkSpec(spec); err != nil {
 		return nil, err
 	}
-	toks, err := lex(query, buf)
+	toks, err := lexDialect(query, buf, spec.MySQL)
 	if err != nil {
 		return nil, err
 	}
-	p := parser{q: query, toks: toks}
+	p := parser{q: query, toks: toks, mysql: spec.MySQL}
 	sh, err := p.parse(spec)
 	if err != nil {
 		return nil, err
@@ -207,6 +212,9 @@ func (p *parser) parse(spec guardSpec) (shape, *RewriteError) {
 		return sh, p.errAt(kindNotWrite, 0, "empty statement")
 	}
 	i := 0
+	if p.isWord(0, "with") && p.mysql {
+		return sh, p.errAt(kindCTE, 0, "WITH before UPDATE or DELETE is not supported on MySQL")
+	}
 	if p.isWord(0, "with") {
 		var err *RewriteError
 		if i, err = p.cte(); err != nil {
@@ -254,7 +262,7 @@ func (p *parser) isName(i int) bool {
 	case tkQIdent:
 		return true
 	case tkWord:
-		return p.isLabel(i) || !isReserved(p.text(i))
+		return p.isLabel(i) || !isReserved(p.text(i)) && !(p.mysql && isMySQLReserved(p.text(i)))
 	}
 	return false
 }
@@ -278,11 +286,48 @@ var reserved = func() map[string]bool {
 	return m
 }()
 
-func isReserved(word string) bool {
-	if len(word) > 17 { // longer than any reserved keyword
+// mysqlReserved are MySQL's and MariaDB's reserved words (and the
+// statements' modifiers), none of which can name a table, an alias or a
+// column unquoted.
+var mysqlReserved = func() map[string]bool {
+	m := map[string]bool{}
+	for w := range strings.FieldsSeq(`accessible add all alter analyze and as asc asensitive before between
+		bigint binary blob both by call cascade case change char character check collate column condition
+		constraint continue convert create cross cube cume_dist current_date current_time current_timestamp
+		current_user cursor database databases day_hour day_microsecond day_minute day_second dec decimal
+		declare default delayed delete dense_rank desc describe deterministic distinct distinctrow div double
+		drop dual each else elseif empty enclosed escaped except exists exit explain false fetch first_value
+		float float4 float8 for force foreign from fulltext function generated get grant group grouping
+		groups having high_priority hour_microsecond hour_minute hour_second if ignore in index infile inner
+		inout insensitive insert int int1 int2 int3 int4 int8 integer intersect interval into is iterate join
+		json_table key keys kill lag last_value lateral lead leading leave left like limit linear lines load
+		localtime localtimestamp lock long longblob longtext loop low_priority match maxvalue mediumblob
+		mediumint mediumtext middleint minute_microsecond minute_second mod modifies natural not
+		no_write_to_binlog nth_value ntile null numeric of offset on optimize option optionally or order out
+		outer outfile over partition percent_rank precision primary procedure purge quick range rank read
+		reads read_write real recursive references regexp release rename repeat replace require resignal
+		restrict return returning revoke right rlike row row_number rows schema schemas second_microsecond
+		select sensitive separator set show signal smallint spatial specific sql sqlexception sqlstate
+		sqlwarning sql_big_result sql_calc_found_rows sql_small_result ssl starting stored straight_join
+		system table terminated then tinyblob tinyint tinytext to trailing trigger true undo union unique
+		unlock unsigned update usage use using utc_date utc_time utc_timestamp values varbinary varchar
+		varcharacter varying virtual when where while window with write xor year_month zerofill`) {
+		m[w] = true
+	}
+	return m
+}()
+
+func isReserved(word string) bool { return inFolded(reserved, word) }
+
+func isMySQLReserved(word string) bool { return inFolded(mysqlReserved, word) }
+
+// inFolded reports whether word, folded to ASCII lower case, is in set.
+func inFolded(set map[string]bool, word string) bool {
+	const longest = 32 // longer than any reserved keyword
+	if len(word) > longest {
 		return false
 	}
-	var buf [17]byte
+	var buf [longest]byte
 	for i := 0; i < len(word); i++ {
 		c := word[i]
 		if c >= 'A' && c <= 'Z' {
@@ -290,7 +335,7 @@ func isReserved(word string) bool {
 		}
 		buf[i] = c
 	}
-	return reserved[string(buf[:len(word)])]
+	return set[string(buf[:len(word)])]
 }
 
 // cte checks WITH [RECURSIVE] name [(cols)] AS [[NOT] MATERIALIZED] (query)
@@ -453,6 +498,9 @@ func (p *parser) update(i int, sh shape, spec guardSpec) (shape, *RewriteError) 
 	}
 	sh.setEnd = int(p.toks[j-1].end)
 	joined := false
+	if p.clauseWord(j) == "from" && p.mysql {
+		return sh, p.errAt(kindUnsupported, j, "UPDATE … FROM is not MySQL's: a multiple-table UPDATE cannot be guarded")
+	}
 	if p.clauseWord(j) == "from" {
 		joined = true
 		for j++; j < len(p.toks) && p.clauseWord(j) != "where" && p.clauseWord(j) != "returning"; j++ {
@@ -468,6 +516,9 @@ func (p *parser) delete(i int, sh shape) (shape, *RewriteError) {
 		return sh, err
 	}
 	joined := false
+	if p.isWord(i, "using") && p.mysql {
+		return sh, p.errAt(kindUnsupported, i, "a multiple-table DELETE cannot be guarded on MySQL")
+	}
 	if p.isWord(i, "using") {
 		joined = true
 		for i++; i < len(p.toks) && p.clauseWord(i) != "where" && p.clauseWord(i) != "returning"; i++ {
@@ -577,6 +628,9 @@ func (p *parser) assignments(from, to int, version string) *RewriteError {
 			for j < end {
 				switch {
 				case p.toks[j].kind == tkDot && p.isName(j+1):
+					if p.mysql && p.namesColumn(j+1, version) { // t.version
+						return p.errAt(kindVersionAssigned, j+1, "the version column is assigned by the statement; the guard increments it")
+					}
 					j += 2
 					continue
 				case p.toks[j].kind == tkLBrack:
@@ -604,6 +658,12 @@ func (p *parser) assignments(from, to int, version string) *RewriteError {
 // unescaped.
 func (p *parser) namesColumn(i int, col string) bool {
 	s := p.text(i)
+	if p.mysql { // column names are case-insensitive in MySQL, quoted or not
+		if s[0] == '`' {
+			s = strings.ReplaceAll(s[1:len(s)-1], "``", "`")
+		}
+		return strings.EqualFold(s, col)
+	}
 	if p.toks[i].kind == tkWord {
 		return asciiEqualFoldExact(s, col)
 	}
@@ -649,7 +709,11 @@ func (p *parser) build(sh shape, spec guardSpec) *guarded {
 		qv.WriteString(sh.qual)
 		qv.WriteByte('.')
 	}
-	qcol, _ := vmodel.QuoteIdent("rewrite", "version column", spec.VersionColumn, '"') // checked by checkSpec
+	quote := byte('"')
+	if spec.MySQL {
+		quote = '`'
+	}
+	qcol, _ := vmodel.QuoteIdent("rewrite", "version column", spec.VersionColumn, quote) // checked by checkSpec
 	qv.WriteString(qcol)
 	ref := qv.String()
 

@@ -316,11 +316,11 @@ func TestRewriteOp(t *testing.T) {
 // in the output, in order; the bind variables match Params.
 func checkGuarded(t testing.TB, in string, g *Guarded, spec Spec) {
 	t.Helper()
-	toks, lerr := lex(g.Named, nil)
+	toks, lerr := lexDialect(g.Named, nil, spec.MySQL)
 	if lerr != nil {
 		t.Fatalf("output does not lex: %v\n%s", lerr, g.Named)
 	}
-	p := parser{q: g.Named, toks: toks}
+	p := parser{q: g.Named, toks: toks, mysql: spec.MySQL}
 	var wheres []int
 	for i := range toks {
 		if p.clauseWord(i) == "where" {
@@ -337,7 +337,11 @@ func checkGuarded(t testing.TB, in string, g *Guarded, spec Spec) {
 		t.Fatalf("WHERE not followed by '(': %s", g.Named)
 	}
 	closeParen := p.closing(w + 1)
-	qv, _ := vmodel.QuoteIdent("test", "version column", spec.VersionColumn, '"')
+	quote := byte('"')
+	if spec.MySQL {
+		quote = '`'
+	}
+	qv, _ := vmodel.QuoteIdent("test", "version column", spec.VersionColumn, quote)
 	rest := toks[closeParen+1:]
 	// ) AND [qual.]"version" = :param
 	if len(rest) < 4 || !p.isWord(closeParen+1, "and") {
@@ -381,7 +385,7 @@ func checkGuarded(t testing.TB, in string, g *Guarded, spec Spec) {
 		}
 	}
 	// Input tokens appear in order in the output.
-	inToks, _ := lex(in, nil)
+	inToks, _ := lexDialect(in, nil, spec.MySQL)
 	k := 0
 	for _, it := range inToks {
 		if it.kind == tkSemi && it.depth == 0 {
