@@ -282,22 +282,7 @@ func (l *lexer) mysqlComment(i int) (int, *RewriteError) {
 // backslash is refused: it escapes the next character unless sql_mode has
 // NO_BACKSLASH_ESCAPES, so where the string ends would depend on the session.
 func (l *lexer) mysqlString(i int) (int, *RewriteError) {
-	q := l.q
-	for j := i + 1; j < len(q); j++ {
-		switch q[j] {
-		case '\'':
-			if j+1 < len(q) && q[j+1] == '\'' {
-				j++
-				continue
-			}
-			return j + 1, nil
-		case '\\':
-			return 0, lexErr(kindAmbiguousString, j, "backslash in a string: its meaning depends on sql_mode NO_BACKSLASH_ESCAPES; pass the value as a parameter")
-		case 0:
-			return 0, lexErr(kindSyntax, j, "NUL byte in statement")
-		}
-	}
-	return 0, lexErr(kindUnbalanced, i, "unterminated string")
+	return l.plainString(i, i, "backslash in a string: its meaning depends on sql_mode NO_BACKSLASH_ESCAPES; pass the value as a parameter")
 }
 
 // number scans a numeric literal at i: digits, letters (exponents, 0x…,
@@ -351,6 +336,12 @@ func (l *lexer) blockComment(i int) (int, *RewriteError) {
 // where its prefix, if any, began). ” is an escaped quote. A backslash is
 // refused: with standard_conforming_strings off it would escape the quote.
 func (l *lexer) stdString(tokStart, i int) (int, *RewriteError) {
+	return l.plainString(tokStart, i, "backslash in a standard string: its meaning depends on standard_conforming_strings; use an E'…' string")
+}
+
+// plainString scans a string whose opening quote is at i, where a doubled
+// quote is a quote, and refuses a backslash with backslash as the reason.
+func (l *lexer) plainString(tokStart, i int, backslash string) (int, *RewriteError) {
 	q := l.q
 	for j := i + 1; j < len(q); j++ {
 		switch q[j] {
@@ -361,7 +352,7 @@ func (l *lexer) stdString(tokStart, i int) (int, *RewriteError) {
 			}
 			return j + 1, nil
 		case '\\':
-			return 0, lexErr(kindAmbiguousString, j, "backslash in a standard string: its meaning depends on standard_conforming_strings; use an E'…' string")
+			return 0, lexErr(kindAmbiguousString, j, backslash)
 		case 0:
 			return 0, lexErr(kindSyntax, j, "NUL byte in statement")
 		}

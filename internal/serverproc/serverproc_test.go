@@ -24,18 +24,25 @@ if [ -n "$pid" ]; then halt TERM 5; fi
 rm -rf "$dir"
 `)
 
-// TestCloseStopsTheServerAndRemovesTheDirectory: Close ends the
-// watchdog's stdin; the server is gone and the directory removed before
-// Close returns.
-func TestCloseStopsTheServerAndRemovesTheDirectory(t *testing.T) {
+// startSleeper starts the sleeper in a temporary directory.
+func startSleeper(t *testing.T) (dir string, p *serverproc.Proc) {
+	t.Helper()
 	dir, err := serverproc.TempDir("serverproc-test-", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := serverproc.Start(dir, nil, sleeper, "serverproc-test", dir)
+	p, err = serverproc.Start(dir, nil, sleeper, "serverproc-test", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, p
+}
+
+// TestCloseStopsTheServerAndRemovesTheDirectory: Close ends the
+// watchdog's stdin; the server is gone and the directory removed before
+// Close returns.
+func TestCloseStopsTheServerAndRemovesTheDirectory(t *testing.T) {
+	dir, p := startSleeper(t)
 	pid := p.PID()
 	if !serverproc.Alive(pid) || pid == p.WatchdogPID() {
 		t.Fatalf("server %d not running under watchdog %d", pid, p.WatchdogPID())
@@ -63,14 +70,7 @@ func TestCloseStopsTheServerAndRemovesTheDirectory(t *testing.T) {
 // TestHaltWaitsForTheConfirmation: Halt returns once the watchdog
 // confirms; the server has exited, and a second Halt does nothing.
 func TestHaltWaitsForTheConfirmation(t *testing.T) {
-	dir, err := serverproc.TempDir("serverproc-test-", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := serverproc.Start(dir, nil, sleeper, "serverproc-test", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, p := startSleeper(t)
 	defer p.Close()
 	pid := p.PID()
 	if err := p.Halt("stop", "stopped"); err != nil {
