@@ -63,6 +63,16 @@ func childManager() (m *lease.Manager, db *sql.DB, pool *pgxpool.Pool, err error
 	}
 }
 
+// closeHandles closes the handle childManager opened.
+func closeHandles(db *sql.DB, pool *pgxpool.Pool) {
+	if db != nil {
+		db.Close()
+	}
+	if pool != nil {
+		pool.Close()
+	}
+}
+
 // exclusionChild runs the sections of exclusiontest on leases (TTL 500 ms,
 // random hold times). A section enters in a transaction guarded by its
 // lease (QueueGuard on pgx, Guard on database/sql) and checks its token
@@ -73,14 +83,7 @@ func exclusionChild() int {
 		fmt.Println(err)
 		return 2
 	}
-	defer func() {
-		if db != nil {
-			db.Close()
-		}
-		if pool != nil {
-			pool.Close()
-		}
-	}()
+	defer closeHandles(db, pool)
 	return exclusiontest.Child(func(ctx context.Context, me string, k int) exclusiontest.Outcome {
 		l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), 500*time.Millisecond)
 		if err != nil {
@@ -182,14 +185,7 @@ func pausedChild() int {
 		fmt.Println(err)
 		return 2
 	}
-	defer func() {
-		if db != nil {
-			db.Close()
-		}
-		if pool != nil {
-			pool.Close()
-		}
-	}()
+	defer closeHandles(db, pool)
 	ctx := context.Background()
 	ttl, _ := time.ParseDuration(os.Getenv("LEASE_TTL"))
 	l, err := m.Acquire(ctx, os.Getenv("LEASE_NAME"), ttl)
