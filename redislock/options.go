@@ -1,10 +1,14 @@
 package redislock
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	ihold "github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/observe"
 )
 
 // DefaultTimeout bounds Acquire's wait unless WithTimeout says otherwise.
@@ -12,6 +16,7 @@ const DefaultTimeout = 5 * time.Second
 
 type config struct {
 	timeout time.Duration
+	obs     observe.Observer // nil: none
 }
 
 // Option configures a Locker or a Redlock.
@@ -29,6 +34,29 @@ func WithTimeout(d time.Duration) Option {
 		c.timeout = d
 		return nil
 	}
+}
+
+// WithObserver reports each acquisition (observe.LockAcquire with the
+// outcome and the wait), each lock's end (observe.LockRelease: Released, or
+// Lost, with the hold time) and each renewal that failed and will be tried
+// again (observe.Retry, cause "renew") to o, with Source "redislock" and
+// the lock's key as Name. Several WithObserver options add up
+// ([observe.Multi]); a nil o adds nothing.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) error {
+		c.obs = observe.Multi(c.obs, o)
+		return nil
+	}
+}
+
+// observed reports an acquisition that began at start, unless it refused
+// its input before anything was sent.
+func (c *config) observed(ctx context.Context, key string, start time.Time, err error) {
+	if c.obs == nil || err != nil && (errors.Is(err, ErrInvalid) || errors.Is(err, sqlock.ErrNilHandle) ||
+		errors.Is(err, sqlock.ErrInvalidOption)) {
+		return
+	}
+	ihold.ObserveAcquire(ctx, c.obs, observe.Event{Source: "redislock", Name: key}, start, err)
 }
 
 func buildConfig(opts []Option) (config, error) {
