@@ -96,22 +96,14 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, ttl time.Duration
 	return m.observed(ctx, "tryacquire", name, ttl, false)
 }
 
-// observed is acquire reported to the Manager's observer; input refused
-// before anything was sent is not.
+// observed is acquire reported to the Manager's observer.
 func (m *Manager) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {
 	start := time.Now()
 	l, err := m.acquire(ctx, op, name, ttl, wait)
-	if m != nil && m.cfg.obs != nil && !refusedInput(err) {
-		hold.ObserveAcquire(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err)
+	if m != nil && m.cfg.obs != nil {
+		hold.ObserveAcquire(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
 	}
 	return l, err
-}
-
-// refusedInput reports whether err refused a call's input (nothing was
-// sent).
-func refusedInput(err error) bool {
-	return err != nil && (errors.Is(err, ErrInvalid) || errors.Is(err, sqlock.ErrNilHandle) ||
-		errors.Is(err, sqlock.ErrInvalidOption))
 }
 
 func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {

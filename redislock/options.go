@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/sqlock/sqlock"
@@ -49,14 +48,9 @@ func WithObserver(o observe.Observer) Option {
 	}
 }
 
-// observed reports an acquisition that began at start, unless it refused
-// its input before anything was sent.
+// observed reports an acquisition that began at start.
 func (c *config) observed(ctx context.Context, key string, start time.Time, err error) {
-	if c.obs == nil || err != nil && (errors.Is(err, ErrInvalid) || errors.Is(err, sqlock.ErrNilHandle) ||
-		errors.Is(err, sqlock.ErrInvalidOption)) {
-		return
-	}
-	ihold.ObserveAcquire(ctx, c.obs, observe.Event{Source: "redislock", Name: key}, start, err)
+	ihold.ObserveAcquire(ctx, c.obs, observe.Event{Source: "redislock", Name: key}, start, err, ErrInvalid)
 }
 
 func buildConfig(opts []Option) (config, error) {

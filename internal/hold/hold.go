@@ -373,9 +373,13 @@ func (h *Hold) emitEnd(ctx context.Context, outcome observe.Outcome, err error) 
 
 // ObserveAcquire reports the end of an acquisition that began at start to
 // o, if not nil: e gives the Source, Key and Name; the outcome is
-// Acquired, or err's ([Outcome]).
-func ObserveAcquire(ctx context.Context, o observe.Observer, e observe.Event, start time.Time, err error) {
-	if o == nil {
+// Acquired, or err's ([Outcome]). An acquisition that refused its input
+// before anything was sent (err matches invalid, the package's sentinel
+// for bad input, or sqlock's ErrNilHandle or ErrInvalidOption) is not
+// reported.
+func ObserveAcquire(ctx context.Context, o observe.Observer, e observe.Event, start time.Time, err, invalid error) {
+	if o == nil || err != nil && (errors.Is(err, invalid) || errors.Is(err, sqlock.ErrNilHandle) ||
+		errors.Is(err, sqlock.ErrInvalidOption)) {
 		return
 	}
 	e.Kind, e.Outcome, e.Wait, e.Err = observe.LockAcquire, Outcome(err), time.Since(start), err
