@@ -7,15 +7,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/inspect"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
 // While the payment scenario's session-lock strategy runs (3 replica
 // processes, one goroutine per replica on each order), what `sqlock locks`
-// reads — inspect.Take — shows the orders' locks by name: a holder, a
-// waiter with its wait time, and the chain from the waiter to the holder's
-// pid. The snapshots are taken as fast as the server answers for as long as
+// reads — inspect.Take — shows the orders' locks by name (recorded by the
+// replicas' Lockers, made with advisory.WithKeyNames): a holder, a waiter
+// with its wait time, and the chain from the waiter to the holder's pid.
+// The names of the txlock strategies' keys, which no Locker records, are
+// recorded by the demo itself (nameKeys). The snapshots are taken as fast as the server answers for as long as
 // the scenario runs (its own progress is the deadline); a run that ends
 // before one such moment is caught is run again, up to three times.
 func TestDemoLocksShowNamedHoldersWaitersAndChains(t *testing.T) {
@@ -24,9 +29,6 @@ func TestDemoLocksShowNamedHoldersWaitersAndChains(t *testing.T) {
 	defer cancel()
 	exe, err := os.Executable()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nameKeys(ctx, db.DSN); err != nil {
 		t.Fatal(err)
 	}
 	sc := paymentScenario
@@ -56,6 +58,7 @@ func TestDemoLocksShowNamedHoldersWaitersAndChains(t *testing.T) {
 					if err := <-done; err != nil {
 						t.Fatal(err)
 					}
+					checkNameKeys(t, db.DSN)
 					return
 				}
 				continue
@@ -81,4 +84,25 @@ func namedChain(s *inspect.Snapshot) (waiter, holder inspect.Lock, ok bool) {
 		}
 	}
 	return waiter, holder, false
+}
+
+// checkNameKeys: nameKeys records the txlock strategies' keys.
+func checkNameKeys(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := nameKeys(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, k := range []advisory.Key{seatKey, productKey, paymentKey(paymentOrders)} {
+		v, _ := k.Int64()
+		var name string
+		if err := conn.QueryRow(ctx, "SELECT name FROM sqlock_key_names WHERE key = $1", v).Scan(&name); err != nil || name != k.Name() {
+			t.Errorf("name of %v: %q, %v", k, name, err)
+		}
+	}
 }
