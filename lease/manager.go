@@ -98,11 +98,12 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, ttl time.Duration
 
 // observed is acquire reported to the Manager's observer.
 func (m *Manager) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {
+	if m == nil || m.cfg.obs == nil {
+		return m.acquire(ctx, op, name, ttl, wait)
+	}
 	start := time.Now()
 	l, err := m.acquire(ctx, op, name, ttl, wait)
-	if m != nil && m.cfg.obs != nil {
-		hold.ObserveAcquire(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
-	}
+	hold.ObserveAcquire(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
 	return l, err
 }
 

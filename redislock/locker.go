@@ -98,11 +98,12 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 
 // observed is acquire reported to the Locker's observer.
 func (lk *Locker) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*Lock, error) {
+	if lk == nil || lk.cfg.obs == nil {
+		return lk.acquire(ctx, op, key, ttl, wait)
+	}
 	start := time.Now()
 	l, err := lk.acquire(ctx, op, key, ttl, wait)
-	if lk != nil {
-		lk.cfg.observed(ctx, key, start, err)
-	}
+	lk.cfg.observed(ctx, key, start, err)
 	return l, err
 }
 

@@ -78,11 +78,12 @@ func (r *Redlock) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 
 // observed is acquire reported to the Redlock's observer.
 func (r *Redlock) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*RedlockLock, error) {
+	if r == nil || r.cfg.obs == nil {
+		return r.acquire(ctx, op, key, ttl, wait)
+	}
 	start := time.Now()
 	l, err := r.acquire(ctx, op, key, ttl, wait)
-	if r != nil {
-		r.cfg.observed(ctx, key, start, err)
-	}
+	r.cfg.observed(ctx, key, start, err)
 	return l, err
 }
 
