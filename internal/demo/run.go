@@ -340,6 +340,8 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 		return err
 	}
 	pcfg.MaxConns = int32(sc.goroutines + 4)
+	// sqlock locks beside the demo shows which replica holds and waits.
+	pcfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("demo-%s-%d", sc.name, cfg.Replica)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
