@@ -75,6 +75,11 @@ func (k Key) IsPair() bool { return k.kind == kindPair }
 // Int64 returns the bigint key; ok is false for pairs and the zero Key.
 func (k Key) Int64() (n int64, ok bool) { return k.v, k.kind == kindInt64 }
 
+// Name returns the text k was made from by [KeyOf] or [KeyText], and ""
+// for other keys: observers, traces and [WithKeyNames] show it beside the
+// number.
+func (k Key) Name() string { return k.text }
+
 // Pair returns the two int4 halves; ok is false unless k is a pair.
 func (k Key) Pair() (a, b int32, ok bool) {
 	return int32(k.v >> 32), int32(uint32(k.v)), k.kind == kindPair

@@ -32,6 +32,8 @@
 // TTL through [sqlock.Acquirer], for code that also runs on advisory locks.
 //
 // Waiters learn of a release through LISTEN/NOTIFY; behind PgBouncer in
-// transaction mode use [WithPolling]. docs/lease.md has the statements and
-// the reasoning behind them.
+// transaction mode use [WithPolling]. [WithObserver] reports waits, holds,
+// retried renewals and losses as advisory's does (with
+// observe/otelobserve: wait and hold spans). docs/lease.md has the
+// statements and the reasoning behind them.
 package lease

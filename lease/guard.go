@@ -67,7 +67,7 @@ func (l *Lease) guardResult(err error) error {
 		return nil
 	}
 	if pgerr.Code(err) == pgerr.InvalidTextRepr && strings.Contains(err.Error(), guardMarker) {
-		l.markLost(errors.New("a guard found the lease no longer this holder's on the server"))
+		l.h.MarkLost(errors.New("a guard found the lease no longer this holder's on the server"))
 		return &Error{Op: "guard", Name: l.name, Err: ErrLost,
 			Cause: errors.New("the server no longer has the lease as this holder's (expired or taken over); the transaction is aborted")}
 	}
@@ -83,7 +83,7 @@ func (l *Lease) guardResult(err error) error {
 // lost lease queues a statement that fails the same way without asking
 // the server.
 func (l *Lease) QueueGuard(b *pgx.Batch) {
-	if l.checkDeadline(); l.isReleasedOrLost() {
+	if released, lost := l.h.Status(); released || lost != nil {
 		b.Queue(`SELECT ($1::text)::bigint`, guardMarker+"0").QueryRow(func(r pgx.Row) error {
 			var token int64
 			return l.guardResult(r.Scan(&token))
@@ -99,10 +99,7 @@ func (l *Lease) QueueGuard(b *pgx.Batch) {
 // localGuardError is Guard's refusal of a lease that is released or
 // locally lost, nil otherwise.
 func (l *Lease) localGuardError() error {
-	l.checkDeadline()
-	l.mu.Lock()
-	released, lostErr := l.released, l.lostErr
-	l.mu.Unlock()
+	released, lostErr := l.h.Status()
 	switch {
 	case released:
 		return &Error{Op: "guard", Name: l.name, Err: ErrNotHeld, Cause: errors.New("already released")}
@@ -110,10 +107,4 @@ func (l *Lease) localGuardError() error {
 		return &Error{Op: "guard", Name: l.name, Err: ErrLost, Cause: lostErr}
 	}
 	return nil
-}
-
-func (l *Lease) isReleasedOrLost() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.released || l.lostErr != nil
 }

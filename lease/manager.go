@@ -13,6 +13,8 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/observe"
 )
 
 // MinTTL is the shortest TTL a lease may have. A TTL must also span at
@@ -83,7 +85,7 @@ func New[DB Handle](db DB, opts ...Option) *Manager {
 // The lease is renewed every ttl/3 until Release; [Lease.Lost] fires when
 // it can no longer be trusted.
 func (m *Manager) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	return m.acquire(ctx, "acquire", name, ttl, true)
+	return m.observed(ctx, "acquire", name, ttl, true)
 }
 
 // TryAcquire is Acquire without the wait: if the lease is held it returns
@@ -91,7 +93,18 @@ func (m *Manager) Acquire(ctx context.Context, name string, ttl time.Duration) (
 // while its old holder's guarded transaction is still open, the attempt
 // waits for that transaction, within the Manager's timeout.)
 func (m *Manager) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	return m.acquire(ctx, "tryacquire", name, ttl, false)
+	return m.observed(ctx, "tryacquire", name, ttl, false)
+}
+
+// observed is acquire reported to the Manager's observer.
+func (m *Manager) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {
+	if m == nil || m.cfg.obs == nil {
+		return m.acquire(ctx, op, name, ttl, wait)
+	}
+	start := time.Now()
+	l, err := m.acquire(ctx, op, name, ttl, wait)
+	hold.ObserveAcquire(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
+	return l, err
 }
 
 func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/observe"
 )
 
 // DefaultTimeout bounds Acquire's wait unless WithTimeout says otherwise.
@@ -16,8 +17,9 @@ const DefaultTable = "sqlock_leases"
 type config struct {
 	table   tableName
 	timeout time.Duration
-	poll    time.Duration // > 0: wait by polling, never LISTEN
-	maxHold time.Duration // > 0: Lost fires after this long, renewed or not
+	poll    time.Duration    // > 0: wait by polling, never LISTEN
+	maxHold time.Duration    // > 0: Lost fires after this long, renewed or not
+	obs     observe.Observer // nil: none
 }
 
 func defaultConfig() config {
@@ -81,6 +83,19 @@ func WithMaxHold(d time.Duration) Option {
 			return errs.New(sqlock.ErrInvalidOption, "lease: maximum hold %v must be positive", d)
 		}
 		c.maxHold = d
+		return nil
+	}
+}
+
+// WithObserver reports each acquisition (observe.LockAcquire with the
+// outcome and the wait), each lease's end (observe.LockRelease: Released,
+// or Lost, with the hold time) and each renewal that failed and will be
+// tried again (observe.Retry, cause "renew") to o, with Source "lease" and
+// the lease's name as Name. Several WithObserver options add up
+// ([observe.Multi]); a nil o adds nothing.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) error {
+		c.obs = observe.Multi(c.obs, o)
 		return nil
 	}
 }

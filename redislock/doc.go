@@ -24,7 +24,8 @@
 // remains. Lost and Context end when it can no longer be trusted: at the
 // latest when the TTL less the drift allowance has passed since the last
 // confirmed acquiring or renewing command was sent, on the local monotonic
-// clock — before the key can expire on the server.
+// clock — before the key can expire on the server. [WithObserver] reports
+// waits, holds, retried renewals and losses.
 //
 // What Redis guarantees, and what it does not: a lock is as safe as its
 // assumptions. Redlock assumes clocks that drift by less than the

@@ -87,13 +87,24 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 // The lock is renewed every ttl/3 until Release; [Lock.Lost] fires when it
 // can no longer be trusted.
 func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return lk.acquire(ctx, "acquire", key, ttl, true)
+	return lk.observed(ctx, "acquire", key, ttl, true)
 }
 
 // TryAcquire is Acquire without the wait: if the lock is held it returns
 // an error matching [ErrNotAcquired] at once.
 func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return lk.acquire(ctx, "tryacquire", key, ttl, false)
+	return lk.observed(ctx, "tryacquire", key, ttl, false)
+}
+
+// observed is acquire reported to the Locker's observer.
+func (lk *Locker) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*Lock, error) {
+	if lk == nil || lk.cfg.obs == nil {
+		return lk.acquire(ctx, op, key, ttl, wait)
+	}
+	start := time.Now()
+	l, err := lk.acquire(ctx, op, key, ttl, wait)
+	lk.cfg.observed(ctx, key, start, err)
+	return l, err
 }
 
 func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*Lock, error) {
@@ -132,7 +143,7 @@ func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration
 		}
 		if res[0] > 0 {
 			l := &Lock{token: res[0]}
-			l.start(srv, key, ttl, sent)
+			l.start(srv, key, ttl, sent, lk.cfg.obs)
 			return l, nil
 		}
 		if !wait {

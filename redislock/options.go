@@ -1,10 +1,13 @@
 package redislock
 
 import (
+	"context"
 	"time"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	ihold "github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/observe"
 )
 
 // DefaultTimeout bounds Acquire's wait unless WithTimeout says otherwise.
@@ -12,6 +15,7 @@ const DefaultTimeout = 5 * time.Second
 
 type config struct {
 	timeout time.Duration
+	obs     observe.Observer // nil: none
 }
 
 // Option configures a Locker or a Redlock.
@@ -29,6 +33,24 @@ func WithTimeout(d time.Duration) Option {
 		c.timeout = d
 		return nil
 	}
+}
+
+// WithObserver reports each acquisition (observe.LockAcquire with the
+// outcome and the wait), each lock's end (observe.LockRelease: Released, or
+// Lost, with the hold time) and each renewal that failed and will be tried
+// again (observe.Retry, cause "renew") to o, with Source "redislock" and
+// the lock's key as Name. Several WithObserver options add up
+// ([observe.Multi]); a nil o adds nothing.
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) error {
+		c.obs = observe.Multi(c.obs, o)
+		return nil
+	}
+}
+
+// observed reports an acquisition that began at start.
+func (c *config) observed(ctx context.Context, key string, start time.Time, err error) {
+	ihold.ObserveAcquire(ctx, c.obs, observe.Event{Source: "redislock", Name: key}, start, err, ErrInvalid)
 }
 
 func buildConfig(opts []Option) (config, error) {

@@ -66,14 +66,25 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 // The lock is extended on a majority every ttl/3 until Release;
 // [RedlockLock.Lost] fires when it can no longer be trusted.
 func (r *Redlock) Acquire(ctx context.Context, key string, ttl time.Duration) (*RedlockLock, error) {
-	return r.acquire(ctx, "acquire", key, ttl, true)
+	return r.observed(ctx, "acquire", key, ttl, true)
 }
 
 // TryAcquire is Acquire with one attempt: if no majority was granted it
 // returns an error matching [ErrNotAcquired], or [ErrNoQuorum] if fewer than
 // a majority of the servers answered.
 func (r *Redlock) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*RedlockLock, error) {
-	return r.acquire(ctx, "tryacquire", key, ttl, false)
+	return r.observed(ctx, "tryacquire", key, ttl, false)
+}
+
+// observed is acquire reported to the Redlock's observer.
+func (r *Redlock) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*RedlockLock, error) {
+	if r == nil || r.cfg.obs == nil {
+		return r.acquire(ctx, op, key, ttl, wait)
+	}
+	start := time.Now()
+	l, err := r.acquire(ctx, op, key, ttl, wait)
+	r.cfg.observed(ctx, key, start, err)
+	return l, err
 }
 
 func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*RedlockLock, error) {
@@ -99,7 +110,7 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 		granted, answered, err := srv.try(ctx, sent.Add(ttl-drift(ttl)))
 		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
 			l := &RedlockLock{}
-			l.start(srv, key, ttl, sent)
+			l.start(srv, key, ttl, sent, r.cfg.obs)
 			return l, nil
 		}
 		if granted > 0 || err != nil {

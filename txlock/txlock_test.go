@@ -241,6 +241,33 @@ func TestObserverEvents(t *testing.T) {
 	}
 }
 
+// Events name each key made from text, as advisory's do, so traces and
+// logs show "booking:seat-42" where pg_locks shows a number; a key without
+// text has no name.
+func TestObserverEventsCarryTheKeyName(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	named, unnamed := advisory.KeyOf("booking:seat-42"), advisory.KeyInt(7)
+	for _, be := range backends(t, db, bePgxPool, beSQL) {
+		t.Run(be.name, func(t *testing.T) {
+			var evs observetest.Recorder
+			err := be.do(ctx, []advisory.Key{named, unnamed}, func(context.Context, q) error { return nil },
+				txlock.WithObserver(&evs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := named.Int64()
+			names := map[int64]string{}
+			for _, ev := range evs.Events() {
+				names[ev.Key] = ev.Name
+			}
+			if len(evs.Events()) != 4 || names[want] != "booking:seat-42" || names[7] != "" {
+				t.Fatalf("names by key: %v (events %+v)", names, evs.Events())
+			}
+		})
+	}
+}
+
 // fn's error is returned as it is (identity) when not retried; a retryable
 // one runs the whole transaction again; when attempts run out the last
 // error is still visible through errors.Is.

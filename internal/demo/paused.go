@@ -392,7 +392,8 @@ func pausedWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Wr
 	defer pool.Close()
 	h := &holder{pool: pool, st: st,
 		leases: lease.New(pool, lease.WithTable(leasesTable), lease.WithTimeout(30*time.Second)),
-		locker: advisory.NewPool(pool, advisory.WithTimeout(30*time.Second), advisory.WithKeepalive(100*time.Millisecond))}
+		locker: advisory.NewPool(pool, advisory.WithTimeout(30*time.Second), advisory.WithKeepalive(100*time.Millisecond),
+			advisory.WithKeyNames())}
 	if err := warm(ctx, pool, 2); err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/internal/keynames"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/sqlxhelpers"
 )
@@ -58,6 +59,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	exe, err := os.Executable()
 	if err != nil {
+		return err
+	}
+	if err := nameKeys(ctx, dsn); err != nil {
 		return err
 	}
 	total := 0
@@ -105,6 +109,37 @@ func Run(ctx context.Context, cfg Config) error {
 		printPaused(cfg.Out, rows)
 	}
 	fmt.Fprintf(cfg.Out, "demo finished in %.1fs\n", time.Since(start).Seconds())
+	return nil
+}
+
+// nameKeys records the names of the demo's keys in the table that
+// advisory.WithKeyNames writes and `sqlock locks` reads, so that the
+// txlock strategies' locks are named there too: txlock has no Locker of
+// its own to record them.
+func nameKeys(ctx context.Context, dsn string) error {
+	keys := []advisory.Key{seatKey, productKey}
+	for order := 1; order <= paymentOrders; order++ {
+		keys = append(keys, paymentKey(order))
+	}
+	var vals []int64
+	var names []string
+	for _, k := range keys {
+		v, _ := k.Int64()
+		vals, names = append(vals, v), append(names, k.Name())
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, keynames.DDL)
+	if err == nil {
+		_, err = conn.Exec(ctx, `INSERT INTO `+keynames.Table+` (key, name)
+			SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT (key) DO NOTHING`, vals, names)
+	}
+	if err != nil {
+		return fmt.Errorf("recording key names: %w", err)
+	}
 	return nil
 }
 
@@ -305,6 +340,8 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 		return err
 	}
 	pcfg.MaxConns = int32(sc.goroutines + 4)
+	// sqlock locks beside the demo shows which replica holds and waits.
+	pcfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("demo-%s-%d", sc.name, cfg.Replica)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
@@ -318,7 +355,8 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 	}
 	rec := &recorder{}
 	w := &replica{db: db, pool: pool, rec: rec, replica: cfg.Replica, goroutines: sc.goroutines,
-		locker: advisory.New(db, advisory.WithObserver(rec), advisory.WithTimeout(30*time.Second))}
+		locker: advisory.New(db, advisory.WithObserver(rec), advisory.WithTimeout(30*time.Second),
+			advisory.WithKeyNames())}
 	if err := w.openORMs(db); err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func (c *Config) observe(ctx context.Context, p *plan, e observe.Event) {
 	e.Source = "txlock"
 	e.Shared = p.shared
 	for _, k := range p.keys {
-		e.Key = observedKey(k)
+		e.Key, e.Name = observedKey(k), k.Name()
 		c.Observer.Observe(ctx, e)
 	}
 }

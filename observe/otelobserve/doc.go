@@ -21,10 +21,11 @@
 //	sqlock.lock.waiters       gauge          sessions waiting per key now (WithWaiters only); attr sqlock.lock.key
 //
 // Traces ([WithTracerProvider]): spans sqlock.lock.wait and sqlock.lock.hold
-// for each lock (advisory, txlock, and any package that reports lock
-// events), children of the span in the caller's context, with
-// db.system.name, db.operation.name (pg_advisory_lock, …), sqlock.lock.key
-// and sqlock.lock.name; a wait that timed out, deadlocked or failed is an
+// for each lock (advisory, txlock, lease, redislock, and any package that
+// reports lock events), children of the span in the caller's context, with
+// db.system.name (postgresql, or redis), db.operation.name
+// (pg_advisory_lock, pg_advisory_xact_lock, lease, redislock),
+// sqlock.lock.key (advisory and txlock keys) and sqlock.lock.name; a wait that timed out, deadlocked or failed is an
 // error span. Retries (sqlock.retry: attempt, cause, backoff) and stale or
 // fenced writes (sqlock.stale: db.collection.name, sqlock.fenced) are events
 // on the caller's span. Events arrive when a wait or hold ends, so each span

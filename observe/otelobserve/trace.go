@@ -77,23 +77,29 @@ func (tr tracer) observe(ctx context.Context, e observe.Event) {
 // lockSpan records a span of d ending now, a child of ctx's span.
 func (tr tracer) lockSpan(ctx context.Context, name string, e observe.Event, d time.Duration) {
 	end := time.Now()
-	op := "pg_advisory_lock"
-	switch {
-	case e.Source == "txlock":
+	system, op := semconv.DBSystemNamePostgreSQL, "pg_advisory_lock"
+	switch e.Source {
+	case "txlock":
 		op = "pg_advisory_xact_lock"
-	case e.Source == "lease":
+	case "lease":
 		op = "lease"
+	case "redislock":
+		system, op = semconv.DBSystemNameRedis, "redislock"
 	}
-	if e.Shared && e.Source != "lease" {
+	// Leases and Redis locks are named, not numbered: they have no key.
+	numbered := e.Source != "lease" && e.Source != "redislock"
+	if e.Shared && numbered {
 		op += "_shared"
 	}
 	attrs := []attribute.KeyValue{
-		semconv.DBSystemNamePostgreSQL,
+		system,
 		semconv.DBOperationName(op),
 		attrSource.String(e.Source),
-		attrLockKey.Int64(e.Key),
 		attrShared.Bool(e.Shared),
 		attrOutcome.String(e.Outcome.String()),
+	}
+	if numbered {
+		attrs = append(attrs, attrLockKey.Int64(e.Key))
 	}
 	if e.Name != "" {
 		attrs = append(attrs, attrName.String(e.Name))

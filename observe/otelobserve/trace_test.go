@@ -17,6 +17,7 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/lease"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/observe/otelobserve"
 	"github.com/sqlock/sqlock/txlock"
@@ -46,9 +47,10 @@ func attr(s sdktrace.ReadOnlySpan, key string) attribute.Value {
 	return attribute.Value{}
 }
 
-// Each lock — an advisory session lock and a txlock transaction lock,
-// retried once after a serialization failure — has one wait span and one
-// hold span per attempt, children of the caller's span; the retry is an
+// Each lock — an advisory session lock, a txlock transaction lock, retried
+// once after a serialization failure, and a lease — has one wait span and
+// one hold span per attempt, children of the caller's span, named by the
+// text of its key or the lease's name; the retry is an
 // event on the caller's span with its cause.
 func TestSpansForEachLockWaitAndHoldUnderTheCallersSpan(t *testing.T) {
 	ctx := context.Background()
@@ -68,6 +70,16 @@ func TestSpansForEachLockWaitAndHoldUnderTheCallersSpan(t *testing.T) {
 		return nil
 	}, txlock.WithObserver(obs))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Migrate(ctx, db.SQL()); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := lease.New(db.SQL(), lease.WithObserver(obs)).Acquire(ctx, "report:nightly", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	caller.End()
@@ -101,6 +113,7 @@ func TestSpansForEachLockWaitAndHoldUnderTheCallersSpan(t *testing.T) {
 	want := map[string]int{
 		"sqlock.lock.wait/advisory": 1, "sqlock.lock.hold/advisory": 1,
 		"sqlock.lock.wait/txlock": 2, "sqlock.lock.hold/txlock": 2, // two attempts
+		"sqlock.lock.wait/lease": 1, "sqlock.lock.hold/lease": 1,
 	}
 	for k, n := range want {
 		if count[k] != n {
@@ -111,6 +124,17 @@ func TestSpansForEachLockWaitAndHoldUnderTheCallersSpan(t *testing.T) {
 		if s.Name() == "sqlock.lock.hold" && attr(s, "sqlock.source").AsString() == "advisory" {
 			if attr(s, "sqlock.lock.name").AsString() != "booking:seat-42" || attr(s, "db.operation.name").AsString() != "pg_advisory_lock" {
 				t.Errorf("advisory hold span attributes: %v", s.Attributes())
+			}
+		}
+		if s.Name() == "sqlock.lock.wait" && attr(s, "sqlock.source").AsString() == "txlock" {
+			if attr(s, "sqlock.lock.name").AsString() != "stock:sku-7" || attr(s, "db.operation.name").AsString() != "pg_advisory_xact_lock" {
+				t.Errorf("txlock wait span attributes: %v", s.Attributes())
+			}
+		}
+		if attr(s, "sqlock.source").AsString() == "lease" {
+			if attr(s, "sqlock.lock.name").AsString() != "report:nightly" || attr(s, "db.operation.name").AsString() != "lease" ||
+				attr(s, "sqlock.lock.outcome").AsString() == "lost" {
+				t.Errorf("lease %s span attributes: %v", s.Name(), s.Attributes())
 			}
 		}
 	}
