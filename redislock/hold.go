@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sqlock/sqlock/internal/lazytimer"
 )
 
 // drift is the clock-drift allowance the Redlock algorithm states: 1% of
@@ -47,10 +49,10 @@ type hold struct {
 	lastErr    error     // the last failed renewal's error
 	lostErr    error
 	released   bool
-	timer      *time.Timer // at validUntil
+	timer      *lazytimer.Timer // at validUntil
 	// The renewal is a timer whose function renews, so that no goroutine
 	// exists between renewals.
-	beat     *time.Timer
+	beat     *lazytimer.Timer
 	beating  chan struct{}      // closed when the running renewal ends; nil if none runs
 	beatCtx  context.Context    // cancelled by Release: ends a renewal in flight
 	stopBeat context.CancelFunc //
@@ -68,8 +70,8 @@ func (h *hold) start(srv servers, key string, ttl time.Duration, sent time.Time)
 	h.beatCtx, h.stopBeat = context.WithCancel(context.Background())
 	h.mu.Lock() // the timers' functions may run before AfterFunc returns
 	h.validUntil = sent.Add(ttl - drift(ttl))
-	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
-	h.beat = time.AfterFunc(time.Until(sent.Add(ttl/3)), h.renewal)
+	h.timer = lazytimer.AfterFunc(time.Until(h.validUntil), h.expire)
+	h.beat = lazytimer.AfterFunc(time.Until(sent.Add(ttl/3)), h.renewal)
 	h.mu.Unlock()
 }
 
