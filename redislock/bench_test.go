@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
@@ -104,12 +106,60 @@ func BenchmarkAcquireRelease(b *testing.B) {
 }
 
 // BenchmarkRedlockAcquire: the time TryAcquire takes on a Redlock of 5
-// servers against a single server's, interleaved in the same run; the
-// fan-out is parallel, so the ratio stays near 1.
+// servers against a single server's, interleaved in the same run, on
+// loopback: there a round trip is mostly CPU, and the five servers share
+// the machine's cores with the client.
 func BenchmarkRedlockAcquire(b *testing.B) {
 	servers := redistest.NewN(b, 5, redistest.Options{})
-	single := redislock.New(servers[0].Client(b, nil))
-	r := redislock.NewRedlock(clients(b, servers))
+	redlockVsSingle(b, redislock.New(servers[0].Client(b, nil)), redislock.NewRedlock(clients(b, servers)))
+}
+
+// BenchmarkRedlockAcquireOverNetwork: the same with every server behind a
+// proxy that delays each direction (internal/pgtest's, which forwards
+// bytes, so Redis's protocol as well as PostgreSQL's): a 0.5 ms round trip,
+// and one of 0.5–0.7 ms (jitter), where what the ratio shows is whether
+// Redlock's five commands travel in parallel. It also reports a PING's
+// round trip through the proxy (the median of 21), which shows the delay
+// is there.
+func BenchmarkRedlockAcquireOverNetwork(b *testing.B) {
+	servers := redistest.NewN(b, 5, redistest.Options{})
+	for _, net := range []struct {
+		name           string
+		oneWay, jitter time.Duration
+	}{
+		{"rtt=0.5ms", 250 * time.Microsecond, 0},
+		{"rtt=0.5-0.7ms", 250 * time.Microsecond, 100 * time.Microsecond},
+	} {
+		b.Run(net.name, func(b *testing.B) {
+			cs := make([]redis.UniversalClient, len(servers))
+			for i, s := range servers {
+				p := pgtest.StartTCPProxy(b, s.Addr)
+				if err := p.SetDelay(pgtest.BothWays, net.oneWay, net.jitter); err != nil {
+					b.Fatal(err)
+				}
+				cs[i] = s.Client(b, func(o *redis.Options) {
+					o.Addr = p.Addr()
+					o.ContextTimeoutEnabled, o.DialerRetries, o.MaxRetries = true, 1, -1
+				})
+			}
+			pings := make([]time.Duration, 21)
+			for i := range pings {
+				t0 := time.Now()
+				if err := cs[0].Ping(context.Background()).Err(); err != nil {
+					b.Fatal(err)
+				}
+				pings[i] = time.Since(t0)
+			}
+			slices.Sort(pings)
+			redlockVsSingle(b, redislock.New(cs[0]), redislock.NewRedlock(cs))
+			b.ReportMetric(float64(pings[len(pings)/2].Nanoseconds()), "ping-ns")
+		})
+	}
+}
+
+// redlockVsSingle measures TryAcquire on single and on r, interleaved, and
+// reports both and their ratio.
+func redlockVsSingle(b *testing.B, single *redislock.Locker, r *redislock.Redlock) {
 	ctx := context.Background()
 	var ts, tr time.Duration
 	b.ResetTimer()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -87,8 +87,11 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
-	defer cancel()
+	if wait { // a single attempt is bounded by the lock's validity
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.cfg.timeout)
+		defer cancel()
+	}
 	var w waiter
 	for {
 		// A fresh owner for each attempt: a late command of an attempt
@@ -96,7 +99,7 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 		// the keys of the next.
 		srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl}
 		sent := time.Now()
-		granted, answered, err := srv.try(ctx, sent.Add(ttl-drift(ttl)))
+		granted, answered, err := srv.try(ctx)
 		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
 			l := &RedlockLock{}
 			l.start(srv, key, ttl, sent)
@@ -153,9 +156,9 @@ type majority struct {
 // are bounded only by the TTL (and the caller's deadline).
 const stepDivisor = 3
 
-// each runs f on every server in parallel, each bounded by bound and ctx's
-// deadline, and returns how many said yes, how many said no, and the errors of the
-// others. It returns as soon as a majority said yes, and when anyHow is
+// each runs f on every server in parallel (a goroutine each), each bounded
+// by bound and ctx's deadline, and returns how many said yes, how many said
+// no, and the errors of the others. It returns as soon as a majority said yes, and when anyHow is
 // set also as soon as too many said no (or failed) for one to. Commands
 // still out then finish in the background within their bound — a DEL
 // still reaches a slow server — so a server that stops answering costs
@@ -177,17 +180,23 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 		err    error
 	}
 	n := len(m.r.cs)
+	// The last command to finish ends the context: those left behind keep
+	// their bound.
+	var running atomic.Int32
+	running.Store(int32(n))
+	finished := func() {
+		if running.Add(-1) == 0 {
+			cancel()
+		}
+	}
 	results := make(chan result, n) // the commands left behind never block
-	var wg sync.WaitGroup
 	for i, c := range m.r.cs {
-		wg.Go(func() {
+		go func() {
+			defer finished()
 			ok, err := f(ctx, c)
 			results <- result{i, ok, err}
-		})
+		}()
 	}
-	defer func() {
-		go func() { wg.Wait(); cancel() }() // the commands left behind keep their bound
-	}()
 	var errList []error
 	for range n {
 		var r result
@@ -195,6 +204,14 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 		case r = <-results:
 		case <-parent.Done():
 			errList = append(errList, context.Cause(parent))
+			return yes, no, errors.Join(errList...)
+		case <-ctx.Done():
+			if ctx.Err() == context.Canceled { // every command finished: its result is in
+				r = <-results
+				break
+			}
+			// The bound, even if a client ignores its context.
+			errList = append(errList, fmt.Errorf("%d of %d servers did not answer within %v: %w", n-yes-no-len(errList), n, bound, ctx.Err()))
 			return yes, no, errors.Join(errList...)
 		}
 		switch {
@@ -212,11 +229,9 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 	return yes, no, errors.Join(errList...)
 }
 
-// try is one acquisition attempt on every server, each bounded by the
-// lock's validity.
-func (m *majority) try(ctx context.Context, until time.Time) (granted, answered int, err error) {
-	ctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
+// try is one acquisition attempt on every server, each command bounded by
+// TTL/stepDivisor, which ends before the lock's validity.
+func (m *majority) try(ctx context.Context) (granted, answered int, err error) {
 	yes, no, err := m.each(ctx, false, m.ttl/stepDivisor, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		return c.SetNX(ctx, m.key, m.owner, m.ttl).Result()
 	})
