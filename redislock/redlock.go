@@ -158,8 +158,9 @@ const stepDivisor = 3
 
 // each runs f on every server in parallel (a goroutine each), each bounded
 // by bound and ctx's deadline, and returns how many said yes, how many said
-// no, and the errors of the others. It returns as soon as a majority said yes, and when anyHow is
-// set also as soon as too many said no (or failed) for one to. Commands
+// no, and the errors of the others. It returns as soon as a majority said
+// yes, and when anyHow is set also as soon as too many said no (or failed)
+// for one to, and at the bound even if a client ignores its context. Commands
 // still out then finish in the background within their bound — a DEL
 // still reaches a slow server — so a server that stops answering costs
 // nothing while a majority answers. A failed acquisition waits for every
