@@ -22,7 +22,7 @@ MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesM
 TEST_DEPS := postgresql pgbouncer mariadb-server redis-server
 DEMO_DEPS := postgresql
 
-.PHONY: test lint deps deps-demo demo bench bench-report fuzz
+.PHONY: test lint deps deps-demo demo bench bench-report bench-redis fuzz
 
 test: deps lint
 	$(WITHPG) -mariadb -- $(GO) test -race -count=1 -timeout 20m ./...
@@ -48,6 +48,13 @@ bench: deps
 # Regenerates docs/benchmarks.md, docs/benchmarks.txt and docs/contention.svg.
 bench-report: deps
 	$(WITHPG) -- $(GO) run ./internal/benchreport
+
+# redislock beside bsm/redislock and go-redsync/redsync (docs/redislock.md's
+# comparison table), from bench/redislockcmp: a module of its own, so that
+# the library does not depend on them. REDISCMP_FLAGS, e.g. -rounds 5.
+REDISCMP_FLAGS ?=
+bench-redis: deps
+	cd bench/redislockcmp && $(GO) run . $(REDISCMP_FLAGS)
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -38,6 +38,7 @@ func (m *Manager) newLease(name, owner string, token int64, ttl time.Duration, s
 		TTL: ttl, Margin: ttl / marginDivisor, MarginName: "safety margin", MaxHold: m.cfg.maxHold,
 		RetryMin: retryMin, RetryMax: retryMax,
 		Observer: m.cfg.obs, Event: observe.Event{Source: "lease", Name: name},
+		Timers: &m.timers,
 	}, sent)
 	return l
 }

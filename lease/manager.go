@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/internal/hold"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -40,6 +41,8 @@ type Manager struct {
 	err  error // from New: nil handle or invalid option
 	stmt statements
 	ntf  *notifier // nil when polling
+
+	timers lazytimer.Queue // the held leases' deadlines and renewals
 
 	rtt  atomic.Int64 // fastest round trip of acquire and renew seen, in ns
 	rttN atomic.Int64 // how many round trips were seen

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
@@ -47,7 +49,8 @@ func (c countingConn) Write(p []byte) (int, error) {
 // same two scripts sent by hand (EVALSHA) on the same connection,
 // interleaved (alternating which goes first) so that both are measured in
 // the same run under the same load. It reports each one's time and round trips per operation and the
-// package's time over the hand-written one's.
+// package's time over the hand-written one's (of the totals, and of the
+// medians).
 func BenchmarkAcquireRelease(b *testing.B) {
 	s := redistest.New(b, redistest.Options{})
 	c, writes := countingClient(b, s)
@@ -77,12 +80,19 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	hand() // warm: the scripts are loaded, the connection open
 	var tp, th time.Duration
 	var wp, wh int64
+	ps, hs := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	measure := func(f func(), t *time.Duration, w *int64) {
 		w0, t0 := writes.Load(), time.Now()
 		f()
-		*t += time.Since(t0)
+		d := time.Since(t0)
+		*t += d
 		*w += writes.Load() - w0
+		if t == &tp {
+			ps = append(ps, d)
+		} else {
+			hs = append(hs, d)
+		}
 	}
 	for i := range b.N {
 		// Alternate which goes first, so that neither always runs right
@@ -101,30 +111,91 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ReportMetric(float64(wp)/n, "redislock-roundtrips/op")
 	b.ReportMetric(float64(wh)/n, "byhand-roundtrips/op")
 	b.ReportMetric(float64(th)/float64(tp), "byhand/redislock")
+	b.ReportMetric(float64(median(hs))/float64(median(ps)), "byhand/redislock-p50")
+}
+
+// median is the median of ds (which it sorts): unlike the mean, it does not
+// move when a busy machine stalls a few iterations.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
 
 // BenchmarkRedlockAcquire: the time TryAcquire takes on a Redlock of 5
-// servers against a single server's, interleaved in the same run; the
-// fan-out is parallel, so the ratio stays near 1.
+// servers against a single server's, interleaved in the same run, on
+// loopback: there a round trip is mostly CPU, and the five servers share
+// the machine's cores with the client.
 func BenchmarkRedlockAcquire(b *testing.B) {
 	servers := redistest.NewN(b, 5, redistest.Options{})
-	single := redislock.New(servers[0].Client(b, nil))
-	r := redislock.NewRedlock(clients(b, servers))
+	redlockVsSingle(b, redislock.New(servers[0].Client(b, nil)), redislock.NewRedlock(clients(b, servers)))
+}
+
+// BenchmarkRedlockAcquireOverNetwork: the same with every server behind a
+// proxy that delays each direction (internal/pgtest's, which forwards
+// bytes, so Redis's protocol as well as PostgreSQL's): a 0.5 ms round trip,
+// and one of 0.5–0.7 ms (jitter), where what the ratio shows is whether
+// Redlock's five commands travel in parallel. It also reports a PING's
+// round trip through the proxy (the median of 21), which shows the delay
+// is there.
+func BenchmarkRedlockAcquireOverNetwork(b *testing.B) {
+	servers := redistest.NewN(b, 5, redistest.Options{})
+	for _, net := range []struct {
+		name           string
+		oneWay, jitter time.Duration
+	}{
+		{"rtt=0.5ms", 250 * time.Microsecond, 0},
+		{"rtt=0.5-0.7ms", 250 * time.Microsecond, 100 * time.Microsecond},
+	} {
+		b.Run(net.name, func(b *testing.B) {
+			cs := make([]redis.UniversalClient, len(servers))
+			for i, s := range servers {
+				p := pgtest.StartTCPProxy(b, s.Addr)
+				if err := p.SetDelay(pgtest.BothWays, net.oneWay, net.jitter); err != nil {
+					b.Fatal(err)
+				}
+				cs[i] = s.Client(b, func(o *redis.Options) {
+					o.Addr = p.Addr()
+					o.ContextTimeoutEnabled, o.DialerRetries, o.MaxRetries = true, 1, -1
+				})
+			}
+			pings := make([]time.Duration, 21)
+			for i := range pings {
+				t0 := time.Now()
+				if err := cs[0].Ping(context.Background()).Err(); err != nil {
+					b.Fatal(err)
+				}
+				pings[i] = time.Since(t0)
+			}
+			slices.Sort(pings)
+			redlockVsSingle(b, redislock.New(cs[0]), redislock.NewRedlock(cs))
+			b.ReportMetric(float64(pings[len(pings)/2].Nanoseconds()), "ping-ns")
+		})
+	}
+}
+
+// redlockVsSingle measures TryAcquire on single and on r, interleaved, and
+// reports both and their ratio.
+func redlockVsSingle(b *testing.B, single *redislock.Locker, r *redislock.Redlock) {
 	ctx := context.Background()
 	var ts, tr time.Duration
+	ss, rs := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
 		key := "bench" + strconv.Itoa(i%2)
 		t0 := time.Now()
 		l, err := single.TryAcquire(ctx, key, time.Second)
-		ts += time.Since(t0)
+		d := time.Since(t0)
+		ts += d
+		ss = append(ss, d)
 		if err != nil {
 			b.Fatal(err)
 		}
 		l.Release(ctx)
 		t0 = time.Now()
 		rl, err := r.TryAcquire(ctx, "r"+key, time.Second)
-		tr += time.Since(t0)
+		d = time.Since(t0)
+		tr += d
+		rs = append(rs, d)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,4 +205,34 @@ func BenchmarkRedlockAcquire(b *testing.B) {
 	b.ReportMetric(float64(ts.Nanoseconds())/n, "single-acquire-ns/op")
 	b.ReportMetric(float64(tr.Nanoseconds())/n, "redlock5-acquire-ns/op")
 	b.ReportMetric(float64(tr)/float64(ts), "redlock5/single")
+	b.ReportMetric(float64(median(rs))/float64(median(ss)), "redlock5/single-p50")
+}
+
+// TestTheSimulatedNetworkDelaysRedisRoundTrips: pgtest's TCP proxy, which
+// BenchmarkRedlockAcquireOverNetwork puts in front of every server,
+// forwards Redis's protocol and delays it: with 0.25 ms each way, every
+// PING through it takes at least 0.5 ms, and a lock is taken and released
+// through it.
+func TestTheSimulatedNetworkDelaysRedisRoundTrips(t *testing.T) {
+	leakCheck(t)
+	s := redistest.New(t, redistest.Options{})
+	p := pgtest.StartTCPProxy(t, s.Addr)
+	if err := p.SetDelay(pgtest.BothWays, 250*time.Microsecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, func(o *redis.Options) { o.Addr = p.Addr() })
+	ctx := context.Background()
+	for range 10 {
+		t0 := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d < 500*time.Microsecond {
+			t.Fatalf("a PING through the proxy took %v, want ≥ 0.5 ms", d)
+		}
+	}
+	l := must[*redislock.Lock](t)(redislock.New(c).TryAcquire(ctx, "k", time.Second))
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	ihold "github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -42,13 +43,14 @@ type hold struct {
 }
 
 // start arms a hold acquired by a command sent at sent; obs (nil: none)
-// receives its events.
-func (h *hold) start(srv servers, key string, ttl time.Duration, sent time.Time, obs observe.Observer) {
+// receives its events; its timers join timers.
+func (h *hold) start(srv servers, key string, ttl time.Duration, sent time.Time, obs observe.Observer, timers *lazytimer.Queue) {
 	h.srv, h.key = srv, key
 	h.h.Start((*holdBackend)(h), ihold.Spec{
 		TTL: ttl, Margin: drift(ttl), MarginName: "drift allowance",
 		RetryMin: retryMin, RetryMax: retryMax,
 		Observer: obs, Event: observe.Event{Source: "redislock", Name: key},
+		Timers: timers,
 	}, sent)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/lazytimer"
 )
 
 // MinTTL is the shortest TTL a lock may have: below it the drift allowance
@@ -55,9 +56,10 @@ return 0`)
 // Locker takes locks on one Redis server. It is safe for concurrent use;
 // make one per client and share it.
 type Locker struct {
-	c   redis.UniversalClient
-	cfg config
-	err error // from New: nil client or invalid option
+	c      redis.UniversalClient
+	cfg    config
+	err    error           // from New: nil client or invalid option
+	timers lazytimer.Queue // the held locks' deadlines and renewals
 }
 
 // New returns a Locker on client (a *redis.Client, a *redis.ClusterClient,
@@ -143,7 +145,7 @@ func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration
 		}
 		if res[0] > 0 {
 			l := &Lock{token: res[0]}
-			l.start(srv, key, ttl, sent, lk.cfg.obs)
+			l.start(srv, key, ttl, sent, lk.cfg.obs, &lk.timers)
 			return l, nil
 		}
 		if !wait {

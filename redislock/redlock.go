@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/lazytimer"
 )
 
 // Redlock takes locks on a majority of N independent Redis servers (the
@@ -20,6 +21,7 @@ type Redlock struct {
 	quorum int
 	cfg    config
 	err    error
+	timers lazytimer.Queue // the held locks' deadlines and renewals
 }
 
 // NewRedlock returns a Redlock over clients: an odd number, at least 3, of
@@ -98,8 +100,11 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
-	defer cancel()
+	if wait { // a single attempt is bounded by the lock's validity
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.cfg.timeout)
+		defer cancel()
+	}
 	var w waiter
 	for {
 		// A fresh owner for each attempt: a late command of an attempt
@@ -107,10 +112,10 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 		// the keys of the next.
 		srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl}
 		sent := time.Now()
-		granted, answered, err := srv.try(ctx, sent.Add(ttl-drift(ttl)))
+		granted, answered, err := srv.try(ctx)
 		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
 			l := &RedlockLock{}
-			l.start(srv, key, ttl, sent, r.cfg.obs)
+			l.start(srv, key, ttl, sent, r.cfg.obs, &r.timers)
 			return l, nil
 		}
 		if granted > 0 || err != nil {
@@ -164,10 +169,11 @@ type majority struct {
 // are bounded only by the TTL (and the caller's deadline).
 const stepDivisor = 3
 
-// each runs f on every server in parallel, each bounded by bound and ctx's
-// deadline, and returns how many said yes, how many said no, and the errors of the
-// others. It returns as soon as a majority said yes, and when anyHow is
-// set also as soon as too many said no (or failed) for one to. Commands
+// each runs f on every server in parallel (a goroutine each), each bounded
+// by bound and ctx's deadline, and returns how many said yes, how many said
+// no, and the errors of the others. It returns as soon as a majority said
+// yes, and when anyHow is set also as soon as too many said no (or failed)
+// for one to, and at the bound even if a client ignores its context. Commands
 // still out then finish in the background within their bound — a DEL
 // still reaches a slow server — so a server that stops answering costs
 // nothing while a majority answers. A failed acquisition waits for every
@@ -188,17 +194,23 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 		err    error
 	}
 	n := len(m.r.cs)
+	// The last command to finish ends the context: those left behind keep
+	// their bound.
+	var running atomic.Int32
+	running.Store(int32(n))
+	finished := func() {
+		if running.Add(-1) == 0 {
+			cancel()
+		}
+	}
 	results := make(chan result, n) // the commands left behind never block
-	var wg sync.WaitGroup
 	for i, c := range m.r.cs {
-		wg.Go(func() {
+		go func() {
+			defer finished()
 			ok, err := f(ctx, c)
 			results <- result{i, ok, err}
-		})
+		}()
 	}
-	defer func() {
-		go func() { wg.Wait(); cancel() }() // the commands left behind keep their bound
-	}()
 	var errList []error
 	for range n {
 		var r result
@@ -206,6 +218,14 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 		case r = <-results:
 		case <-parent.Done():
 			errList = append(errList, context.Cause(parent))
+			return yes, no, errors.Join(errList...)
+		case <-ctx.Done():
+			if ctx.Err() == context.Canceled { // every command finished: its result is in
+				r = <-results
+				break
+			}
+			// The bound, even if a client ignores its context.
+			errList = append(errList, fmt.Errorf("%d of %d servers did not answer within %v: %w", n-yes-no-len(errList), n, bound, ctx.Err()))
 			return yes, no, errors.Join(errList...)
 		}
 		switch {
@@ -223,11 +243,9 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 	return yes, no, errors.Join(errList...)
 }
 
-// try is one acquisition attempt on every server, each bounded by the
-// lock's validity.
-func (m *majority) try(ctx context.Context, until time.Time) (granted, answered int, err error) {
-	ctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
+// try is one acquisition attempt on every server, each command bounded by
+// TTL/stepDivisor, which ends before the lock's validity.
+func (m *majority) try(ctx context.Context) (granted, answered int, err error) {
 	yes, no, err := m.each(ctx, false, m.ttl/stepDivisor, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		return c.SetNX(ctx, m.key, m.owner, m.ttl).Result()
 	})

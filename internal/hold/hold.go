@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -57,6 +58,11 @@ type Spec struct {
 	// transient renewal failure; Event gives their Source, Key and Name.
 	Observer observe.Observer
 	Event    observe.Event
+	// Timers, if not nil, holds the deadline and renewal timers: the
+	// holds of one Manager or Locker share it, so that taking a lock does
+	// not arm a runtime timer of its own (see package lazytimer). Nil: the
+	// hold's own.
+	Timers *lazytimer.Queue
 }
 
 // Hold is a held lock's state. Start it; its methods are then safe for
@@ -72,12 +78,12 @@ type Hold struct {
 	lastErr    error     // the last failed renewal's error
 	lostErr    error
 	released   bool
-	timer      *time.Timer // at validUntil
+	timer      *lazytimer.Timer // at validUntil
 
 	// The renewal is a timer whose function renews, so that no goroutine
 	// exists between renewals (and none at all for a lock released before
 	// its first renewal is due).
-	beat     *time.Timer
+	beat     *lazytimer.Timer
 	beating  chan struct{}      // closed when the running renewal ends; nil if none runs
 	beatCtx  context.Context    // cancelled by Release: ends a renewal in flight
 	stopBeat context.CancelFunc //
@@ -98,8 +104,12 @@ func (h *Hold) Start(b Backend, spec Spec, sent time.Time) {
 	h.beatCtx, h.stopBeat = context.WithCancel(context.Background())
 	h.mu.Lock() // the timers' functions may run before AfterFunc returns
 	h.validUntil = h.until(sent)
-	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
-	h.beat = time.AfterFunc(time.Until(sent.Add(spec.TTL/3)), h.renewal)
+	timers := spec.Timers
+	if timers == nil {
+		timers = new(lazytimer.Queue)
+	}
+	h.timer = timers.AfterFunc(time.Until(h.validUntil), h.expire)
+	h.beat = timers.AfterFunc(time.Until(sent.Add(spec.TTL/3)), h.renewal)
 	h.mu.Unlock()
 }
 
