@@ -13,8 +13,8 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/observe"
 )
 
