@@ -9,24 +9,32 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/idem"
+	"github.com/sqlock/sqlock/internal/pgtest"
 )
+
+// turns is w's round trips since its last reset, checked against its
+// count of ReadyForQuery messages.
+func turns(w *pgtest.Wire) int {
+	t, _ := w.Counts()
+	return t
+}
 
 // interleave runs a and b alternately b.N times each on one connection
 // and reports each one's time and round trips per operation, and a's
 // throughput over b's: the two measured in the same run, under the same
 // load.
-func interleave(bm *testing.B, w *wire, aName string, a func(i int), bName string, b func(i int)) {
+func interleave(bm *testing.B, w *pgtest.Wire, aName string, a func(i int), bName string, b func(i int)) {
 	var ta, tb time.Duration
 	var wa, wb int
 	a(-1)
 	b(-1) // warm: prepared statements, connection
 	bm.ResetTimer()
 	for i := range bm.N {
-		w0, t0 := w.count(), time.Now()
+		w0, t0 := turns(w), time.Now()
 		a(i)
-		w1, t1 := w.count(), time.Now()
+		w1, t1 := turns(w), time.Now()
 		b(i)
-		w2, t2 := w.count(), time.Now()
+		w2, t2 := turns(w), time.Now()
 		ta, tb = ta+t1.Sub(t0), tb+t2.Sub(t1)
 		wa, wb = wa+w1-w0, wb+w2-w1
 	}
@@ -44,7 +52,7 @@ func interleave(bm *testing.B, w *wire, aName string, a func(i int), bName strin
 func BenchmarkIdempotentTx(b *testing.B) {
 	db := newDB(b)
 	ctx := context.Background()
-	w := &wire{}
+	w := &pgtest.Wire{}
 	pool := openPool(b, db.DSN, w)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -77,7 +85,7 @@ func BenchmarkIdempotentTx(b *testing.B) {
 func BenchmarkReplay(b *testing.B) {
 	db := newDB(b)
 	ctx := context.Background()
-	w := &wire{}
+	w := &pgtest.Wire{}
 	pool := openPool(b, db.DSN, w)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

@@ -99,7 +99,7 @@ func Do[T any](ctx context.Context, tx any, scope, key string, fingerprint []byt
 		return zero, err
 	}
 	st := buildStatements(c.table)
-	cl, err := claim(ctx, conn, st, &c, k, false)
+	cl, err := claim(ctx, conn, st, &c, k, false, nil)
 	if err != nil {
 		return zero, err
 	}
@@ -181,29 +181,48 @@ type claimed struct {
 // racing every claim.
 const maxClaimRounds = 8
 
+// claimStmt is the claim statement for k and its arguments. noWait: a key
+// held by a middleware request in progress is errBusy.
+func claimStmt(st statements, c *config, k keyOf, noWait bool) (string, []any) {
+	args := []any{k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()}
+	if noWait {
+		return st.claimTry, append(args, k.lockKey(c.table))
+	}
+	return st.claim, args
+}
+
+// claimRow is the claim statement's answer.
+type claimRow struct {
+	inserted, got, found, noResult, expired bool
+	fp, result                              []byte
+}
+
+func (r *claimRow) dest() []any {
+	return []any{&r.inserted, &r.got, &r.found, &r.fp, &r.result, &r.noResult, &r.expired}
+}
+
 // claim claims k in conn's transaction or finds its recorded result.
 // noWait: a key held by a middleware request in progress is errBusy.
-func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, noWait bool) (claimed, error) {
-	q, args := st.claim, []any{k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()}
-	if noWait {
-		q, args = st.claimTry, append(args, k.lockKey(c.table))
-	}
+// first, if not nil, is the claim statement's answer when it was already
+// sent (with BEGIN).
+func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, noWait bool, first *claimRow) (claimed, error) {
+	q, args := claimStmt(st, c, k, noWait)
 	for range maxClaimRounds {
-		var inserted, got, found, noResult, expired bool
-		var fp, result []byte
-		err := conn.queryRow(ctx, q, args, &inserted, &got, &found, &fp, &result, &noResult, &expired)
-		if err != nil {
+		var r claimRow
+		if first != nil {
+			r, first = *first, nil
+		} else if err := conn.queryRow(ctx, q, args, r.dest()...); err != nil {
 			return claimed{}, wrapDB("claim", err)
 		}
 		switch {
-		case inserted:
+		case r.inserted:
 			return claimed{}, nil
-		case !got:
+		case !r.got:
 			return claimed{}, errBusy
-		case !found:
+		case !r.found:
 			// Waited for a transaction that then committed the key after
 			// this statement's snapshot: read it with a new one.
-			err := conn.queryRow(ctx, st.read, args[:2], &inserted, &got, &found, &fp, &result, &noResult, &expired)
+			err := conn.queryRow(ctx, st.read, args[:2], r.dest()...)
 			if errors.Is(err, errNoRows) {
 				continue // deleted meanwhile (expired and swept): claim again
 			}
@@ -211,19 +230,19 @@ func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, 
 				return claimed{}, wrapDB("read key", err)
 			}
 		}
-		if expired {
+		if r.expired {
 			if err := conn.exec(ctx, st.drop, k.scope, k.key); err != nil {
 				return claimed{}, wrapDB("drop expired key", err)
 			}
 			continue
 		}
-		if k.fingerprint != nil && !bytes.Equal(fp, k.fingerprint) {
+		if k.fingerprint != nil && !bytes.Equal(r.fp, k.fingerprint) {
 			return claimed{}, ErrKeyReused
 		}
-		if noResult {
+		if r.noResult {
 			return claimed{}, errNoResult
 		}
-		return claimed{replay: true, result: result}, nil
+		return claimed{replay: true, result: r.result}, nil
 	}
 	return claimed{}, fmt.Errorf("idem: claim of key %q did not settle after %d rounds", k.key, maxClaimRounds)
 }
