@@ -3,10 +3,8 @@ package lease_test
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +23,7 @@ import (
 // BEGIN carries the guard (txlock.OpenDB), and two that send it after
 // BEGIN (pgx's stdlib.OpenDB, lib/pq). Each has one connection, so that a
 // connection a refused BEGIN left in a bad state is the next one used.
-func sqlHandles(t testing.TB, db *pgtest.DB, w *wire) []struct {
+func sqlHandles(t testing.TB, db *pgtest.DB, w *pgtest.Wire) []struct {
 	name string
 	db   *sql.DB
 } {
@@ -35,7 +33,7 @@ func sqlHandles(t testing.TB, db *pgtest.DB, w *wire) []struct {
 		t.Fatal(err)
 	}
 	if w != nil {
-		cfg.DialFunc = w.dial
+		cfg.DialFunc = w.Dial
 	}
 	// No ping before reuse: it would be a round trip of its own.
 	noPing := stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false })
@@ -174,7 +172,7 @@ func TestBeginGuardedHoldsOffTakeoverUntilTheTransactionEnds(t *testing.T) {
 func TestBeginGuardedRefusesBadInputWithoutASend(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)
-	var w wire
+	var w pgtest.Wire
 	h := sqlHandles(t, db, &w)[0].db
 	ctx := context.Background()
 	m := lease.New(db.Pool())
@@ -182,7 +180,7 @@ func TestBeginGuardedRefusesBadInputWithoutASend(t *testing.T) {
 	var nilLease *lease.Lease
 	var nilDB *sql.DB
 	var nilConn *sql.Conn
-	w.reset()
+	w.Reset()
 	for _, c := range []struct {
 		name string
 		err  error
@@ -196,7 +194,7 @@ func TestBeginGuardedRefusesBadInputWithoutASend(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			w.reset() // the release's round trip went on the lease's own pool
+			w.Reset() // the release's round trip went on the lease's own pool
 			_, err := l.BeginGuarded(ctx, h, nil)
 			return err
 		}(), lease.ErrNotHeld},
@@ -206,7 +204,7 @@ func TestBeginGuardedRefusesBadInputWithoutASend(t *testing.T) {
 			t.Errorf("%s: %v, want a *lease.Error matching %v", c.name, c.err, c.want)
 		}
 	}
-	if turns, _ := w.counts(); turns != 0 {
+	if turns, _ := w.Counts(); turns != 0 {
 		t.Fatalf("%d round trips for refused input", turns)
 	}
 }
@@ -221,12 +219,12 @@ func TestGuardedTransactionCostsTheRoundTripsOfAnUnguardedOne(t *testing.T) {
 	db := newDB(t)
 	db.Exec(`CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL); INSERT INTO t VALUES (1, 0)`)
 	ctx := context.Background()
-	var w wire
+	var w pgtest.Wire
 	hs := sqlHandles(t, db, &w)
 	fold, plain := hs[0].db, hs[1].db
 	pool := db.OpenPool(func(c *pgxpool.Config) {
 		c.MaxConns, c.MinConns = 1, 0
-		c.ConnConfig.DialFunc = w.dial
+		c.ConnConfig.DialFunc = w.Dial
 		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	})
 	m := lease.New(db.Pool()) // renewals go on another pool: not counted
@@ -299,11 +297,11 @@ func TestGuardedTransactionCostsTheRoundTripsOfAnUnguardedOne(t *testing.T) {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
 		}
-		w.reset()
+		w.Reset()
 		if err := tc.tx(); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		turns, ready := w.counts()
+		turns, ready := w.Counts()
 		t.Logf("%-40s %d round trips (%d ReadyForQuery)", tc.name, turns, ready)
 		if turns != tc.want || ready != tc.want {
 			t.Errorf("%s: %d round trips, %d ReadyForQuery; want %d", tc.name, turns, ready, tc.want)
@@ -431,75 +429,3 @@ func (c *lagConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-// wire counts round trips on the connections dialled through it, two ways
-// that must agree: turns (a read after a write) and ReadyForQuery messages
-// ('Z', one per simple Query and per extended-protocol Sync).
-type wire struct {
-	mu           sync.Mutex
-	turns, ready int
-}
-
-func (w *wire) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &wireConn{Conn: c, w: w}, nil
-}
-
-func (w *wire) reset() {
-	w.mu.Lock()
-	w.turns, w.ready = 0, 0
-	w.mu.Unlock()
-}
-
-func (w *wire) counts() (turns, ready int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.turns, w.ready
-}
-
-type wireConn struct {
-	net.Conn
-	w      *wire
-	wrote  bool
-	header []byte // a partial message header carried over between reads
-	skip   int    // bytes of the current message body still to skip
-}
-
-func (c *wireConn) Write(b []byte) (int, error) {
-	c.w.mu.Lock()
-	c.wrote = true
-	c.w.mu.Unlock()
-	return c.Conn.Write(b)
-}
-
-func (c *wireConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.w.mu.Lock()
-	defer c.w.mu.Unlock()
-	if n > 0 && c.wrote {
-		c.w.turns++
-		c.wrote = false
-	}
-	// Walk the backend messages: type byte, int32 length (itself included).
-	for p := b[:n]; len(p) > 0; {
-		if c.skip > 0 {
-			k := min(c.skip, len(p))
-			c.skip -= k
-			p = p[k:]
-			continue
-		}
-		k := min(5-len(c.header), len(p))
-		c.header = append(c.header, p[:k]...)
-		p = p[k:]
-		if len(c.header) == 5 {
-			if c.header[0] == 'Z' {
-				c.w.ready++
-			}
-			c.skip = int(binary.BigEndian.Uint32(c.header[1:])) - 4
-			c.header = c.header[:0]
-		}
-	}
-	return n, err
-}

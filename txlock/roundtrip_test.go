@@ -3,9 +3,6 @@ package txlock_test
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
-	"net"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -17,78 +14,6 @@ import (
 	"github.com/sqlock/sqlock/txlock"
 )
 
-// wire counts round trips on the connections dialled through it, two ways
-// that must agree: turns (a read after a write) and ReadyForQuery messages
-// ('Z', one per simple Query and per extended-protocol Sync).
-type wire struct {
-	mu           sync.Mutex
-	turns, ready int
-}
-
-func (w *wire) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, w: w}, nil
-}
-
-func (w *wire) reset() {
-	w.mu.Lock()
-	w.turns, w.ready = 0, 0
-	w.mu.Unlock()
-}
-
-func (w *wire) counts() (turns, ready int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.turns, w.ready
-}
-
-type countingConn struct {
-	net.Conn
-	w      *wire
-	wrote  bool
-	header []byte // a partial message header carried over between reads
-	skip   int    // bytes of the current message body still to skip
-}
-
-func (c *countingConn) Write(b []byte) (int, error) {
-	c.w.mu.Lock()
-	c.wrote = true
-	c.w.mu.Unlock()
-	return c.Conn.Write(b)
-}
-
-func (c *countingConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.w.mu.Lock()
-	defer c.w.mu.Unlock()
-	if n > 0 && c.wrote {
-		c.w.turns++
-		c.wrote = false
-	}
-	// Walk the backend messages: type byte, int32 length (itself included).
-	for p := b[:n]; len(p) > 0; {
-		if c.skip > 0 {
-			k := min(c.skip, len(p))
-			c.skip -= k
-			p = p[k:]
-			continue
-		}
-		k := min(5-len(c.header), len(p))
-		c.header = append(c.header, p[:k]...)
-		p = p[k:]
-		if len(c.header) == 5 {
-			if c.header[0] == 'Z' {
-				c.w.ready++
-			}
-			c.skip = int(binary.BigEndian.Uint32(c.header[1:])) - 4
-			c.header = c.header[:0]
-		}
-	}
-	return n, err
-}
 
 // A locked transaction costs the round trips of the same unlocked one on
 // pgx (BEGIN carries the locks: 3 = BEGIN+locks, UPDATE, COMMIT), whatever
@@ -100,13 +25,13 @@ func TestRoundTrips(t *testing.T) {
 	db := pgtest.New(t)
 	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL); INSERT INTO t SELECT g, 0 FROM generate_series(1, 10) g")
 	ctx := context.Background()
-	var w wire
+	var w pgtest.Wire
 	poolCfg, err := pgxpool.ParseConfig(db.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	poolCfg.MaxConns = 1
-	poolCfg.ConnConfig.DialFunc = w.dial
+	poolCfg.ConnConfig.DialFunc = w.Dial
 	poolCfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -117,7 +42,7 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	connCfg.DialFunc = w.dial
+	connCfg.DialFunc = w.Dial
 	noPing := stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false })
 	plain := stdlib.OpenDB(*connCfg, noPing)
 	defer plain.Close()
@@ -188,11 +113,11 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
 		}
-		w.reset()
+		w.Reset()
 		if err := tc.tx(); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		turns, ready := w.counts()
+		turns, ready := w.Counts()
 		t.Logf("%-40s %d round trips (%d ReadyForQuery)", tc.name, turns, ready)
 		if turns != tc.want || ready != tc.want {
 			t.Errorf("%s: %d round trips, %d ReadyForQuery; want %d", tc.name, turns, ready, tc.want)
