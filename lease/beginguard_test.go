@@ -428,4 +428,3 @@ func (c *lagConn) Read(b []byte) (int, error) {
 	}
 	return c.Conn.Read(b)
 }
-

@@ -14,7 +14,6 @@ import (
 	"github.com/sqlock/sqlock/txlock"
 )
 
-
 // A locked transaction costs the round trips of the same unlocked one on
 // pgx (BEGIN carries the locks: 3 = BEGIN+locks, UPDATE, COMMIT), whatever
 // the options, and on database/sql opened with txlock.OpenDB; on any other
