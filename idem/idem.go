@@ -76,7 +76,8 @@ func (JSON) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v)
 //
 // Cost: a replay is one round trip (two if it waited for the key's first
 // transaction); a first execution is one statement to claim and one to
-// store the result, both in tx. Under REPEATABLE READ or SERIALIZABLE, a
+// store the result, both in tx. [DoTx], which begins and commits the
+// transaction itself, sends them with BEGIN and COMMIT instead. Under REPEATABLE READ or SERIALIZABLE, a
 // key committed after tx's snapshot fails the claim with a serialization
 // error (SQLSTATE 40001): retry the whole transaction, and the retry
 // replays.

@@ -43,6 +43,10 @@ import (
 // and are kept for [WithRetention]; run [Sweep] periodically to delete old
 // ones.
 //
+// On a *pgxpool.Pool, and on a *sql.DB opened with txlock.OpenDB, the
+// claim travels with BEGIN and the stored response with COMMIT, as in
+// [DoTx]: the middleware adds no round trip to the handler's transaction.
+//
 // The trade-off of the transaction form: the handler holds a connection
 // and a transaction for its whole run, and only its writes in that
 // transaction are undone with the key. For calls to other services, pass
