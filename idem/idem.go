@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sqlock/sqlock"
@@ -154,7 +155,7 @@ func (k keyOf) check() error {
 }
 
 func checkText(what, s string, minLen int) error {
-	if len(s) < minLen || len(s) > MaxKeyBytes || !utf8.ValidString(s) || bytes.IndexByte([]byte(s), 0) >= 0 {
+	if len(s) < minLen || len(s) > MaxKeyBytes || !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 		return fmt.Errorf("%w: %s of %d bytes (want %d to %d bytes of UTF-8 without NUL)", ErrInvalidKey, what, len(s), minLen, MaxKeyBytes)
 	}
 	return nil

@@ -91,7 +91,7 @@ type middleware struct {
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !m.cfg.methods[r.Method] {
+	if !m.cfg.appliesTo(r.Method) {
 		next.ServeHTTP(w, r)
 		return
 	}

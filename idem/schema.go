@@ -113,14 +113,26 @@ func wrapDB(op string, err error) error {
 	return fmt.Errorf("idem: %s: %w", op, err)
 }
 
-// statements are the statements of one table, built once per call from
-// the table name (cheap: a few Sprintf).
+// statements are the statements of one table.
 type statements struct {
 	claim, claimTry, read, drop, unclaim, store string
 	phaseOpen, phaseRecord                      string
 }
 
+// defaultStatements are those of DefaultTable, built once: most calls use
+// it, and building them is a dozen Sprintf of long strings per call. (A
+// value computed at init and never written again: no mutable state.)
+var defaultStatements = makeStatements(tableName{name: DefaultTable})
+
+// buildStatements returns the statements of table t.
 func buildStatements(t tableName) statements {
+	if t == (tableName{name: DefaultTable}) {
+		return defaultStatements
+	}
+	return makeStatements(t)
+}
+
+func makeStatements(t tableName) statements {
 	// claim inserts the key, or — when a committed row is already visible
 	// to the statement's snapshot — returns it, in one round trip. A row
 	// still being written by another transaction makes the INSERT wait for
