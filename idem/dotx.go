@@ -62,10 +62,13 @@ func DoTx[T, Tx any, DB interface {
 		return zero, err
 	}
 	st := buildStatements(c.table)
-	q, args := claimStmt(st, &c, k, false)
-	o, err := open(ctx, q, args)
+	row := new(claimRow)
+	o, err := open(ctx, insertClaimQueue(st, &c, k, row))
 	if err != nil {
 		return zero, wrapDB("begin", err)
+	}
+	if !o.folded {
+		row = nil // claim sends the one-statement claim
 	}
 	ended := false
 	defer func() {
@@ -73,7 +76,7 @@ func DoTx[T, Tx any, DB interface {
 			_ = o.end(ctx, false, "")
 		}
 	}()
-	cl, err := claim(ctx, o.conn, st, &c, k, false, o.first)
+	cl, err := claim(ctx, o.conn, st, &c, k, false, row)
 	if err != nil {
 		return zero, err
 	}

@@ -132,10 +132,14 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	ctx := r.Context()
 	noWait := !m.cfg.wait
 	q, args := claimStmt(m.st, &m.cfg, k, noWait)
-	o, err := m.open(ctx, q, args)
+	row := new(claimRow)
+	o, err := m.open(ctx, claimQueue(q, args, row))
 	if err != nil {
 		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable")
 		return
+	}
+	if !o.folded {
+		row = nil
 	}
 	ended := false
 	defer func() {
@@ -143,7 +147,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			_ = o.end(ctx, false, "") // also when the handler panics
 		}
 	}()
-	cl, err := claim(ctx, o.conn, m.st, &m.cfg, k, noWait, o.first)
+	cl, err := claim(ctx, o.conn, m.st, &m.cfg, k, noWait, row)
 	switch {
 	case errors.Is(err, errBusy):
 		problem(w, http.StatusConflict, "a request with this idempotency key is still in progress")

@@ -28,12 +28,11 @@ import (
 // detached from the caller's cancellation.
 const cleanupTimeout = 5 * time.Second
 
-// owned is a transaction idem began, with the claim statement's answer
-// when BEGIN carried it.
+// owned is a transaction idem began.
 type owned struct {
-	conn  txConn
-	tx    any       // *sql.Tx or pgx.Tx, for fn and TxFrom
-	first *claimRow // nil when the claim was not sent with BEGIN
+	conn   txConn
+	tx     any  // *sql.Tx or pgx.Tx, for fn and TxFrom
+	folded bool // BEGIN carried the queued statements (their callbacks ran)
 	// end commits (with the statement store and its arguments, if store
 	// is not empty, in COMMIT's round trip where it can) or, for commit
 	// false, rolls back; it releases what begin acquired. It is called
@@ -41,8 +40,44 @@ type owned struct {
 	end func(ctx context.Context, commit bool, store string, args ...any) error
 }
 
-// openFunc begins a transaction whose first statement is the claim q.
-type openFunc func(ctx context.Context, q string, args []any) (*owned, error)
+// openFunc begins a transaction and asks for the statements queue adds to
+// be sent with BEGIN; owned.folded says whether they were.
+type openFunc func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error)
+
+// claimQueue queues the one-statement claim q, its row scanned into row.
+func claimQueue(q string, args []any, row *claimRow) func(*pgx.Batch) {
+	return func(b *pgx.Batch) {
+		b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
+	}
+}
+
+// insertClaimQueue queues the claim as two statements, cheaper on the
+// server than the one-statement claim (whose CTE costs several times a
+// plain INSERT): the INSERT … ON CONFLICT DO NOTHING, then a read of the
+// key's row. Each statement takes its own snapshot, so after the INSERT
+// waited for a transaction that committed the key, the read sees it: no
+// second round. Sent with BEGIN, both cost no round trip of their own; as
+// statements of their own they would cost two, so unfolded transactions
+// use the one-statement claim.
+func insertClaimQueue(st statements, c *config, k keyOf, row *claimRow) func(*pgx.Batch) {
+	return func(b *pgx.Batch) {
+		b.Queue(st.claimInsert, k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()).
+			Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					row.inserted = true
+				}
+				return rows.Err()
+			})
+		b.Queue(st.read, k.scope, k.key).Query(func(rows pgx.Rows) error {
+			row.got = true // no lock in this form
+			if !rows.Next() || row.inserted {
+				return rows.Err() // inserted, or deleted meanwhile: claim reads again
+			}
+			var inserted bool
+			return rows.Scan(&inserted, &row.got, &row.found, &row.fp, &row.result, &row.noResult, &row.expired)
+		})
+	}
+}
 
 // opener returns the openFunc of db, nil for a nil handle or one of
 // another type.
@@ -50,12 +85,12 @@ func opener(db any) openFunc {
 	switch h := db.(type) {
 	case *pgxpool.Pool:
 		if h != nil {
-			return func(ctx context.Context, q string, args []any) (*owned, error) {
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) {
 				pc, err := h.Acquire(ctx)
 				if err != nil {
 					return nil, err
 				}
-				o, err := openPgx(ctx, pc.Conn(), q, args, pc.Release)
+				o, err := openPgx(ctx, pc.Conn(), queue, pc.Release)
 				if err != nil {
 					pc.Release()
 				}
@@ -64,35 +99,32 @@ func opener(db any) openFunc {
 		}
 	case *pgxpool.Conn:
 		if h != nil {
-			return func(ctx context.Context, q string, args []any) (*owned, error) {
-				return openPgx(ctx, h.Conn(), q, args, nil)
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) {
+				return openPgx(ctx, h.Conn(), queue, nil)
 			}
 		}
 	case *pgx.Conn:
 		if h != nil {
-			return func(ctx context.Context, q string, args []any) (*owned, error) {
-				return openPgx(ctx, h, q, args, nil)
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) {
+				return openPgx(ctx, h, queue, nil)
 			}
 		}
 	case *sql.DB:
 		if h != nil {
-			return func(ctx context.Context, q string, args []any) (*owned, error) { return openSQL(ctx, h, q, args) }
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) { return openSQL(ctx, h, queue) }
 		}
 	case *sql.Conn:
 		if h != nil {
-			return func(ctx context.Context, q string, args []any) (*owned, error) { return openSQL(ctx, h, q, args) }
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) { return openSQL(ctx, h, queue) }
 		}
 	}
 	return nil
 }
 
-// openPgx begins a transaction on conn with the claim in BEGIN's round
-// trip; release, if not nil, runs when it ends.
-func openPgx(ctx context.Context, conn *pgx.Conn, q string, args []any, release func()) (*owned, error) {
-	row := new(claimRow)
-	tx, err := lockedtx.BeginBatch(ctx, conn, pgx.TxOptions{}, func(b *pgx.Batch) {
-		b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
-	})
+// openPgx begins a transaction on conn with queue's statements in BEGIN's
+// round trip; release, if not nil, runs when it ends.
+func openPgx(ctx context.Context, conn *pgx.Conn, queue func(*pgx.Batch), release func()) (*owned, error) {
+	tx, err := lockedtx.BeginBatch(ctx, conn, pgx.TxOptions{}, queue)
 	if err != nil {
 		return nil, err
 	}
@@ -110,25 +142,20 @@ func openPgx(ctx context.Context, conn *pgx.Conn, q string, args []any, release 
 		}
 		return lockedtx.CommitBatch(ctx, tx, func(b *pgx.Batch) { b.Queue(store, args...) })
 	}
-	return &owned{conn: pgxTx{tx}, tx: tx, first: row, end: end}, nil
+	return &owned{conn: pgxTx{tx}, tx: tx, folded: true, end: end}, nil
 }
 
 // openSQL begins a database/sql transaction on db, asking its connection
-// to send the claim with BEGIN (which connections of txlock.OpenDB do).
+// to send queue's statements with BEGIN (which connections of
+// txlock.OpenDB do).
 func openSQL(ctx context.Context, db interface {
 	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-}, q string, args []any) (*owned, error) {
-	row := new(claimRow)
-	fctx, req := lockedtx.RequestBatch(ctx, func(b *pgx.Batch) {
-		b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
-	})
+}, queue func(*pgx.Batch)) (*owned, error) {
+	fctx, req := lockedtx.RequestBatch(ctx, queue)
 	tx, err := db.BeginTx(fctx, nil)
 	folded := req.Folded()
 	if err != nil {
 		return nil, err
-	}
-	if !folded {
-		row = nil
 	}
 	end := func(ctx context.Context, commit bool, store string, args ...any) error {
 		if !commit {
@@ -144,5 +171,5 @@ func openSQL(ctx context.Context, db interface {
 		}
 		return tx.Commit()
 	}
-	return &owned{conn: sqlTx{tx}, tx: tx, first: row, end: end}, nil
+	return &owned{conn: sqlTx{tx}, tx: tx, folded: folded, end: end}, nil
 }

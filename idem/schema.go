@@ -115,8 +115,8 @@ func wrapDB(op string, err error) error {
 
 // statements are the statements of one table.
 type statements struct {
-	claim, claimTry, read, drop, unclaim, store string
-	phaseOpen, phaseRecord                      string
+	claim, claimTry, claimInsert, read, drop, unclaim, store string
+	phaseOpen, phaseRecord                                   string
 }
 
 // defaultStatements are those of DefaultTable, built once: most calls use
@@ -159,6 +159,11 @@ SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM c
 	return statements{
 		claim:    fmt.Sprintf(tmpl, t, "true"),
 		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_try_advisory_xact_lock($5::bigint) END"),
+		// claimInsert and read are the claim as two statements, sent
+		// together with BEGIN by DoTx (see insertClaimQueue).
+		claimInsert: fmt.Sprintf(`INSERT INTO %s (scope, key, fingerprint, expires_at)
+VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, key) DO NOTHING RETURNING true`, t),
 		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp()
 FROM %s WHERE scope = $1 AND key = $2`, t),
 		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),
