@@ -2,31 +2,42 @@ package idem_test
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/idem"
+	"github.com/sqlock/sqlock/internal/pgtest"
 )
+
+// turns is w's round trips since its last reset.
+func turns(w *pgtest.Wire) int {
+	t, _ := w.Counts()
+	return t
+}
 
 // interleave runs a and b alternately b.N times each on one connection
 // and reports each one's time and round trips per operation, and a's
 // throughput over b's: the two measured in the same run, under the same
 // load.
-func interleave(bm *testing.B, w *wire, aName string, a func(i int), bName string, b func(i int)) {
+func interleave(bm *testing.B, w *pgtest.Wire, aName string, a func(i int), bName string, b func(i int)) {
 	var ta, tb time.Duration
 	var wa, wb int
 	a(-1)
 	b(-1) // warm: prepared statements, connection
+	a(-2)
+	b(-2)
 	bm.ResetTimer()
 	for i := range bm.N {
-		w0, t0 := w.count(), time.Now()
+		w0, t0 := turns(w), time.Now()
 		a(i)
-		w1, t1 := w.count(), time.Now()
+		w1, t1 := turns(w), time.Now()
 		b(i)
-		w2, t2 := w.count(), time.Now()
+		w2, t2 := turns(w), time.Now()
 		ta, tb = ta+t1.Sub(t0), tb+t2.Sub(t1)
 		wa, wb = wa+w1-w0, wb+w2-w1
 	}
@@ -38,24 +49,101 @@ func interleave(bm *testing.B, w *wire, aName string, a func(i int), bName strin
 	bm.ReportMetric(float64(tb)/float64(ta), aName+"-throughput/"+bName)
 }
 
-// BenchmarkIdempotentTx: a transaction that inserts one row (BEGIN,
-// INSERT, COMMIT on pgx), with and without idem.Do around the insert,
-// interleaved on one connection.
-func BenchmarkIdempotentTx(b *testing.B) {
+// benchConn is one pooled pgx connection to a fresh database, dialled
+// through w — and through a proxy adding rtt per round trip when rtt > 0.
+func benchConn(b *testing.B, w *pgtest.Wire, rtt time.Duration) (*pgtest.DB, *pgxpool.Conn) {
 	db := newDB(b)
-	ctx := context.Background()
-	w := &wire{}
-	pool := openPool(b, db.DSN, w)
-	conn, err := pool.Acquire(ctx)
+	dsn := db.DSN
+	if rtt > 0 {
+		p := pgtest.StartProxy(b, dsn)
+		if err := p.SetDelay(pgtest.BothWays, rtt/2, 0); err != nil {
+			b.Fatal(err)
+		}
+		dsn = p.DSN
+	}
+	pool := openPool(b, dsn, w)
+	conn, err := pool.Acquire(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Release()
-	insert := func(tx pgx.Tx) (int64, error) {
+	b.Cleanup(conn.Release)
+	return db, conn
+}
+
+func insertEffect(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO effects (key) VALUES ('bench') RETURNING id`).Scan(&id)
+	return id, err
+}
+
+// BenchmarkIdempotentTx: a transaction that inserts one row (BEGIN,
+// INSERT, COMMIT on pgx), inside idem.DoTx (BEGIN carries the claim,
+// COMMIT the result) and without idem, interleaved on one connection: on
+// loopback, and through a proxy that makes each round trip 0.5 ms.
+func BenchmarkIdempotentTx(b *testing.B) {
+	for _, rtt := range []time.Duration{0, 500 * time.Microsecond} {
+		name := "loopback"
+		if rtt > 0 {
+			name = "rtt=" + rtt.String()
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			w := &pgtest.Wire{}
+			_, conn := benchConn(b, w, rtt)
+			interleave(b, w, "idem", func(i int) {
+				_, err := idem.DoTx(ctx, conn, "bench", strconv.Itoa(i), []byte("fp"), func(ctx context.Context, tx pgx.Tx) (int64, error) {
+					return insertEffect(ctx, tx)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}, "plain", func(int) {
+				if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { _, err := insertEffect(ctx, tx); return err }); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkIdempotentTxSQL: the same on database/sql, a *sql.DB of
+// txlock.OpenDB with one connection.
+func BenchmarkIdempotentTxSQL(b *testing.B) {
+	db := newDB(b)
+	ctx := context.Background()
+	w := &pgtest.Wire{}
+	d := openFoldingDB(b, db.DSN, w)
+	d.SetMaxOpenConns(1)
+	insert := func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO effects (key) VALUES ('bench') RETURNING id`).Scan(&id)
+		err := tx.QueryRowContext(ctx, `INSERT INTO effects (key) VALUES ('bench') RETURNING id`).Scan(&id)
 		return id, err
 	}
+	interleave(b, w, "idem", func(i int) {
+		if _, err := idem.DoTx(ctx, d, "bench", strconv.Itoa(i), []byte("fp"), insert); err != nil {
+			b.Fatal(err)
+		}
+	}, "plain", func(int) {
+		tx, err := d.BeginTx(ctx, nil)
+		if err == nil {
+			_, err = insert(ctx, tx)
+		}
+		if err == nil {
+			err = tx.Commit()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkDoInCallersTx: the same transaction with idem.Do in the
+// caller's transaction, which BEGIN has already left: the claim and the
+// store are statements of their own (two more round trips).
+func BenchmarkDoInCallersTx(b *testing.B) {
+	ctx := context.Background()
+	w := &pgtest.Wire{}
+	_, conn := benchConn(b, w, 0)
 	run := func(f func(tx pgx.Tx) error) {
 		if err := pgx.BeginFunc(ctx, conn, f); err != nil {
 			b.Fatal(err)
@@ -63,50 +151,34 @@ func BenchmarkIdempotentTx(b *testing.B) {
 	}
 	interleave(b, w, "idem", func(i int) {
 		run(func(tx pgx.Tx) error {
-			_, err := idem.Do(ctx, tx, "bench", strconv.Itoa(i), []byte("fp"), func(context.Context) (int64, error) { return insert(tx) })
+			_, err := idem.Do(ctx, tx, "bench", strconv.Itoa(i), []byte("fp"), func(ctx context.Context) (int64, error) { return insertEffect(ctx, tx) })
 			return err
 		})
 	}, "plain", func(int) {
-		run(func(tx pgx.Tx) error { _, err := insert(tx); return err })
+		run(func(tx pgx.Tx) error { _, err := insertEffect(ctx, tx); return err })
 	})
 }
 
-// BenchmarkReplay: replaying a recorded key (in a transaction, as a
-// retried request does: BEGIN, claim, COMMIT) against a plain SELECT of
-// the stored row in a transaction, interleaved on one connection.
+// BenchmarkReplay: DoTx replaying a recorded key (BEGIN with the claim,
+// ROLLBACK) against a plain SELECT of the stored row (autocommit, one
+// round trip), interleaved on one connection.
 func BenchmarkReplay(b *testing.B) {
-	db := newDB(b)
 	ctx := context.Background()
-	w := &wire{}
-	pool := openPool(b, db.DSN, w)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Release()
-	run := func(f func(tx pgx.Tx) error) {
-		if err := pgx.BeginFunc(ctx, conn, f); err != nil {
+	w := &pgtest.Wire{}
+	_, conn := benchConn(b, w, 0)
+	replay := func(int) {
+		_, err := idem.DoTx(ctx, conn, "bench", "k", []byte("fp"), func(context.Context, pgx.Tx) (receipt, error) {
+			return receipt{Order: "o-1", Charge: 1000}, nil
+		})
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	run(func(tx pgx.Tx) error {
-		_, err := idem.Do(ctx, tx, "bench", "k", []byte("fp"), func(context.Context) (receipt, error) {
-			return receipt{Order: "o-1", Charge: 1000}, nil
-		})
-		return err
-	})
-	interleave(b, w, "replay", func(int) {
-		run(func(tx pgx.Tx) error {
-			_, err := idem.Do(ctx, tx, "bench", "k", []byte("fp"), func(context.Context) (receipt, error) {
-				b.Fatal("fn ran on a replay")
-				return receipt{}, nil
-			})
-			return err
-		})
-	}, "select", func(int) {
-		run(func(tx pgx.Tx) error {
-			var r []byte
-			return tx.QueryRow(ctx, `SELECT result FROM sqlock_idem WHERE scope = $1 AND key = $2`, "bench", "k").Scan(&r)
-		})
+	replay(-1) // records the key
+	interleave(b, w, "replay", replay, "select", func(int) {
+		var r []byte
+		if err := conn.QueryRow(ctx, `SELECT result FROM sqlock_idem WHERE scope = $1 AND key = $2`, "bench", "k").Scan(&r); err != nil {
+			b.Fatal(err)
+		}
 	})
 }

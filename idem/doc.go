@@ -13,11 +13,18 @@
 // [ErrKeyReused]. A replay is one round trip; a first execution adds one
 // statement to claim and one to store.
 //
+// [DoTx] is the same in a transaction it begins and commits itself on a
+// pgx handle or a *sql.DB. Owning BEGIN and COMMIT, it sends the claim with
+// BEGIN and the result with COMMIT (on pgx, and on database/sql opened with
+// txlock.OpenDB): an idempotent transaction costs the round trips of the
+// same transaction without idem, and a failed store rolls the COMMIT back.
+//
 // [Middleware] does the same for net/http after the IETF Idempotency-Key
 // draft: 400 without a key, 422 for a reused key, 409 (or a wait) while the
 // first request runs, the stored response replayed afterwards. The handler
-// runs in the middleware's transaction, reached with [TxFrom], and its
-// response is sent only once that transaction has committed.
+// runs in the middleware's transaction, reached with [TxFrom], which the
+// middleware begins and commits as DoTx does, and its response is sent
+// only once that transaction has committed.
 //
 // [RunPhases] is the form for work outside the database (a payment
 // provider): a lease on the key, each completed phase recorded, a later

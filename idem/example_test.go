@@ -86,6 +86,64 @@ func ExampleDo() {
 	// Output: true 1000
 }
 
+// DoTx begins the transaction itself, so BEGIN carries the claim and
+// COMMIT the result: the idempotent charge costs the round trips of the
+// same transaction without idem. A retry replays the first result.
+func ExampleDoTx() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	key := exampleKey("order-18") // the client's Idempotency-Key
+
+	charge := func() chargeResult {
+		res, err := idem.DoTx(ctx, pool, "customer-42", key, []byte("charge 500"),
+			func(ctx context.Context, tx pgx.Tx) (chargeResult, error) {
+				r := chargeResult{Amount: 500}
+				err := tx.QueryRow(ctx, `INSERT INTO example_charges (amount) VALUES ($1) RETURNING id`, r.Amount).Scan(&r.ChargeID)
+				return r, err
+			}, exampleTable)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return res
+	}
+	first := charge()
+	retry := charge() // the same request again: replayed, not charged
+	fmt.Println(first == retry, retry.Amount)
+	// Output: true 500
+}
+
+// On database/sql, open the *sql.DB with txlock.OpenDB so that its
+// connections send the claim with BEGIN and the result with COMMIT; fn
+// gets the *sql.Tx. (On any other driver DoTx works the same, with the
+// claim and the store as statements of their own.)
+func ExampleDoTx_databaseSQL() {
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	db := txlock.OpenDB(*cfg)
+	defer db.Close()
+	if err := idem.Migrate(ctx, db, exampleTable); err != nil {
+		log.Fatal(err)
+	}
+	key := exampleKey("refund")
+	refund := func(body string) (string, error) {
+		return idem.DoTx(ctx, db, "", key, []byte(body), func(ctx context.Context, tx *sql.Tx) (string, error) {
+			return "refunded: " + body, nil // the refund's writes, in tx
+		}, exampleTable)
+	}
+	fmt.Println(refund("30 EUR"))
+	fmt.Println(refund("30 EUR"))
+	_, err = refund("300 EUR")
+	fmt.Println(err)
+	// Output:
+	// refunded: 30 EUR <nil>
+	// refunded: 30 EUR <nil>
+	// idem: idempotency key reused with a different request
+}
+
 // With database/sql, pass the *sql.Tx; the same call, another reused
 // key: ErrKeyReused, and fn does not run.
 func ExampleDo_databaseSQL() {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sqlock/sqlock"
@@ -76,7 +77,8 @@ func (JSON) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v)
 //
 // Cost: a replay is one round trip (two if it waited for the key's first
 // transaction); a first execution is one statement to claim and one to
-// store the result, both in tx. Under REPEATABLE READ or SERIALIZABLE, a
+// store the result, both in tx. [DoTx], which begins and commits the
+// transaction itself, sends them with BEGIN and COMMIT instead. Under REPEATABLE READ or SERIALIZABLE, a
 // key committed after tx's snapshot fails the claim with a serialization
 // error (SQLSTATE 40001): retry the whole transaction, and the retry
 // replays.
@@ -99,7 +101,7 @@ func Do[T any](ctx context.Context, tx any, scope, key string, fingerprint []byt
 		return zero, err
 	}
 	st := buildStatements(c.table)
-	cl, err := claim(ctx, conn, st, &c, k, false)
+	cl, err := claim(ctx, conn, st, &c, k, false, nil)
 	if err != nil {
 		return zero, err
 	}
@@ -153,7 +155,7 @@ func (k keyOf) check() error {
 }
 
 func checkText(what, s string, minLen int) error {
-	if len(s) < minLen || len(s) > MaxKeyBytes || !utf8.ValidString(s) || bytes.IndexByte([]byte(s), 0) >= 0 {
+	if len(s) < minLen || len(s) > MaxKeyBytes || !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 		return fmt.Errorf("%w: %s of %d bytes (want %d to %d bytes of UTF-8 without NUL)", ErrInvalidKey, what, len(s), minLen, MaxKeyBytes)
 	}
 	return nil
@@ -181,29 +183,48 @@ type claimed struct {
 // racing every claim.
 const maxClaimRounds = 8
 
+// claimStmt is the claim statement for k and its arguments. noWait: a key
+// held by a middleware request in progress is errBusy.
+func claimStmt(st statements, c *config, k keyOf, noWait bool) (string, []any) {
+	args := []any{k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()}
+	if noWait {
+		return st.claimTry, append(args, k.lockKey(c.table))
+	}
+	return st.claim, args
+}
+
+// claimRow is the claim statement's answer.
+type claimRow struct {
+	inserted, got, found, noResult, expired bool
+	fp, result                              []byte
+}
+
+func (r *claimRow) dest() []any {
+	return []any{&r.inserted, &r.got, &r.found, &r.fp, &r.result, &r.noResult, &r.expired}
+}
+
 // claim claims k in conn's transaction or finds its recorded result.
 // noWait: a key held by a middleware request in progress is errBusy.
-func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, noWait bool) (claimed, error) {
-	q, args := st.claim, []any{k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()}
-	if noWait {
-		q, args = st.claimTry, append(args, k.lockKey(c.table))
-	}
+// first, if not nil, is the claim statement's answer when it was already
+// sent (with BEGIN).
+func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, noWait bool, first *claimRow) (claimed, error) {
+	q, args := claimStmt(st, c, k, noWait)
 	for range maxClaimRounds {
-		var inserted, got, found, noResult, expired bool
-		var fp, result []byte
-		err := conn.queryRow(ctx, q, args, &inserted, &got, &found, &fp, &result, &noResult, &expired)
-		if err != nil {
+		var r claimRow
+		if first != nil {
+			r, first = *first, nil
+		} else if err := conn.queryRow(ctx, q, args, r.dest()...); err != nil {
 			return claimed{}, wrapDB("claim", err)
 		}
 		switch {
-		case inserted:
+		case r.inserted:
 			return claimed{}, nil
-		case !got:
+		case !r.got:
 			return claimed{}, errBusy
-		case !found:
+		case !r.found:
 			// Waited for a transaction that then committed the key after
 			// this statement's snapshot: read it with a new one.
-			err := conn.queryRow(ctx, st.read, args[:2], &inserted, &got, &found, &fp, &result, &noResult, &expired)
+			err := conn.queryRow(ctx, st.read, args[:2], r.dest()...)
 			if errors.Is(err, errNoRows) {
 				continue // deleted meanwhile (expired and swept): claim again
 			}
@@ -211,19 +232,19 @@ func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, 
 				return claimed{}, wrapDB("read key", err)
 			}
 		}
-		if expired {
+		if r.expired {
 			if err := conn.exec(ctx, st.drop, k.scope, k.key); err != nil {
 				return claimed{}, wrapDB("drop expired key", err)
 			}
 			continue
 		}
-		if k.fingerprint != nil && !bytes.Equal(fp, k.fingerprint) {
+		if k.fingerprint != nil && !bytes.Equal(r.fp, k.fingerprint) {
 			return claimed{}, ErrKeyReused
 		}
-		if noResult {
+		if r.noResult {
 			return claimed{}, errNoResult
 		}
-		return claimed{replay: true, result: result}, nil
+		return claimed{replay: true, result: r.result}, nil
 	}
 	return claimed{}, fmt.Errorf("idem: claim of key %q did not settle after %d rounds", k.key, maxClaimRounds)
 }

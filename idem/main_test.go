@@ -3,9 +3,7 @@ package idem_test
 import (
 	"context"
 	"database/sql"
-	"net"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -87,7 +85,7 @@ func forEachRunner(t *testing.T, f func(t *testing.T, r txRunner)) {
 	}
 }
 
-func openPool(t testing.TB, dsn string, w *wire) *pgxpool.Pool {
+func openPool(t testing.TB, dsn string, w *pgtest.Wire) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -95,7 +93,7 @@ func openPool(t testing.TB, dsn string, w *wire) *pgxpool.Pool {
 	}
 	cfg.MaxConns = 70
 	if w != nil {
-		cfg.ConnConfig.DialFunc = w.dial
+		cfg.ConnConfig.DialFunc = w.Dial
 	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -122,47 +120,4 @@ func count(t testing.TB, db *pgtest.DB, q string, args ...any) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// wire counts round trips on the connections dialled through it: turns,
-// a read after a write.
-type wire struct {
-	mu    sync.Mutex
-	turns int
-}
-
-func (w *wire) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, w: w}, nil
-}
-
-func (w *wire) reset() { w.mu.Lock(); w.turns = 0; w.mu.Unlock() }
-
-func (w *wire) count() int { w.mu.Lock(); defer w.mu.Unlock(); return w.turns }
-
-type countingConn struct {
-	net.Conn
-	w     *wire
-	wrote bool
-}
-
-func (c *countingConn) Write(b []byte) (int, error) {
-	c.w.mu.Lock()
-	c.wrote = true
-	c.w.mu.Unlock()
-	return c.Conn.Write(b)
-}
-
-func (c *countingConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.w.mu.Lock()
-	if n > 0 && c.wrote {
-		c.w.turns++
-		c.wrote = false
-	}
-	c.w.mu.Unlock()
-	return n, err
 }

@@ -43,6 +43,10 @@ import (
 // and are kept for [WithRetention]; run [Sweep] periodically to delete old
 // ones.
 //
+// On a *pgxpool.Pool, and on a *sql.DB opened with txlock.OpenDB, the
+// claim travels with BEGIN and the stored response with COMMIT, as in
+// [DoTx]: the middleware adds no round trip to the handler's transaction.
+//
 // The trade-off of the transaction form: the handler holds a connection
 // and a transaction for its whole run, and only its writes in that
 // transaction are undone with the key. For calls to other services, pass
@@ -58,8 +62,8 @@ func Middleware[DB Handle](db DB, opts ...Option) (func(http.Handler) http.Handl
 	if c.scope == nil {
 		return nil, invalid("Middleware needs WithScope: the request's principal, so that one client's key never replays another's response")
 	}
-	m := &middleware{cfg: c, st: buildStatements(c.table), begin: beginner(db)}
-	if m.begin == nil {
+	m := &middleware{cfg: c, st: buildStatements(c.table), open: opener(db)}
+	if m.open == nil {
 		return nil, errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
 	}
 	return func(next http.Handler) http.Handler {
@@ -81,13 +85,13 @@ func TxFrom[T any](ctx context.Context) (tx T, ok bool) {
 }
 
 type middleware struct {
-	cfg   config
-	st    statements
-	begin beginFunc
+	cfg  config
+	st   statements
+	open openFunc
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !m.cfg.methods[r.Method] {
+	if !m.cfg.appliesTo(r.Method) {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -126,18 +130,24 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, k keyOf) {
 	ctx := r.Context()
-	conn, tx, commit, err := m.begin(ctx)
+	noWait := !m.cfg.wait
+	q, args := claimStmt(m.st, &m.cfg, k, noWait)
+	row := new(claimRow)
+	o, err := m.open(ctx, claimQueue(q, args, row))
 	if err != nil {
 		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable")
 		return
 	}
-	done := false
+	if !o.folded {
+		row = nil
+	}
+	ended := false
 	defer func() {
-		if !done {
-			conn.rollback(ctx) // also when the handler panics
+		if !ended {
+			_ = o.end(ctx, false, "") // also when the handler panics
 		}
 	}()
-	cl, err := claim(ctx, conn, m.st, &m.cfg, k, !m.cfg.wait)
+	cl, err := claim(ctx, o.conn, m.st, &m.cfg, k, noWait, row)
 	switch {
 	case errors.Is(err, errBusy):
 		problem(w, http.StatusConflict, "a request with this idempotency key is still in progress")
@@ -158,19 +168,18 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	rec := &recorder{header: http.Header{}}
-	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, o.tx)))
 	s := rec.stored(m.cfg.keep)
 	if s.Status >= 500 {
-		rec.writeTo(w) // rolled back by the deferred rollback
+		rec.writeTo(w) // rolled back by the deferred end
 		return
 	}
 	data, err := json.Marshal(s)
 	if err == nil {
-		err = conn.exec(ctx, m.st.store, k.scope, k.key, data)
-	}
-	if err == nil {
-		done = true
-		err = commit()
+		ended = true
+		// The response is stored in COMMIT's round trip where the
+		// connection allows: if storing fails, nothing commits.
+		err = o.end(ctx, true, m.st.store, k.scope, k.key, data)
 	}
 	if err != nil {
 		problem(w, http.StatusServiceUnavailable, "the request's effects did not commit; retry with the same key")

@@ -29,7 +29,7 @@ type config struct {
 
 	// Middleware only.
 	header   string
-	methods  map[string]bool
+	methods  map[string]bool // nil: POST and PATCH
 	optional bool
 	wait     bool
 	maxBody  int64
@@ -46,7 +46,6 @@ func buildConfig(opts []Option) (config, error) {
 		batch:     MaxSweepBatch,
 		leaseTTL:  DefaultLeaseTTL,
 		header:    "Idempotency-Key",
-		methods:   map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		maxBody:   1 << 20,
 		finger:    defaultFingerprint,
 		keep:      []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "ETag", "Last-Modified"},
@@ -231,4 +230,12 @@ func WithLeaseTTL(d time.Duration) Option {
 		c.leaseTTL = d
 		return nil
 	}
+}
+
+// appliesTo reports whether [Middleware] handles requests with method.
+func (c *config) appliesTo(method string) bool {
+	if c.methods == nil {
+		return method == http.MethodPost || method == http.MethodPatch
+	}
+	return c.methods[method]
 }

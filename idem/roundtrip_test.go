@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sqlock/sqlock/idem"
+	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
 // TestReplayIsOneRoundTrip: on pgx (statements cached after a warm-up), a
@@ -15,7 +16,7 @@ func TestReplayIsOneRoundTrip(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)
 	ctx := context.Background()
-	w := &wire{}
+	w := &pgtest.Wire{}
 	pool := openPool(t, db.DSN, w)
 	pool.Config().MaxConns = 1
 	conn, err := pool.Acquire(ctx)
@@ -29,15 +30,15 @@ func TestReplayIsOneRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.reset()
+		w.Reset()
 		if _, err := idem.Do(ctx, tx, "", key, []byte("fp"), func(context.Context) (int, error) { return 7, nil }); err != nil {
 			t.Fatal(err)
 		}
-		turns := w.count()
+		n := turns(w)
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return turns
+		return n
 	}
 	do("warm-up")
 	do("warm-up") // both statements now prepared on this connection

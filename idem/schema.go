@@ -113,14 +113,26 @@ func wrapDB(op string, err error) error {
 	return fmt.Errorf("idem: %s: %w", op, err)
 }
 
-// statements are the statements of one table, built once per call from
-// the table name (cheap: a few Sprintf).
+// statements are the statements of one table.
 type statements struct {
-	claim, claimTry, read, drop, unclaim, store string
-	phaseOpen, phaseRecord                      string
+	claim, claimTry, claimInsert, read, drop, unclaim, store string
+	phaseOpen, phaseRecord                                   string
 }
 
+// defaultStatements are those of DefaultTable, built once: most calls use
+// it, and building them is a dozen Sprintf of long strings per call. (A
+// value computed at init and never written again: no mutable state.)
+var defaultStatements = makeStatements(tableName{name: DefaultTable})
+
+// buildStatements returns the statements of table t.
 func buildStatements(t tableName) statements {
+	if t == (tableName{name: DefaultTable}) {
+		return defaultStatements
+	}
+	return makeStatements(t)
+}
+
+func makeStatements(t tableName) statements {
 	// claim inserts the key, or — when a committed row is already visible
 	// to the statement's snapshot — returns it, in one round trip. A row
 	// still being written by another transaction makes the INSERT wait for
@@ -147,6 +159,11 @@ SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM c
 	return statements{
 		claim:    fmt.Sprintf(tmpl, t, "true"),
 		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_try_advisory_xact_lock($5::bigint) END"),
+		// claimInsert and read are the claim as two statements, sent
+		// together with BEGIN by DoTx (see insertClaimQueue).
+		claimInsert: fmt.Sprintf(`INSERT INTO %s (scope, key, fingerprint, expires_at)
+VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, key) DO NOTHING RETURNING true`, t),
 		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp()
 FROM %s WHERE scope = $1 AND key = $2`, t),
 		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),

@@ -1,10 +1,10 @@
 // Command sqlock-demo reproduces the races sqlock stops — a double charge,
-// the last seat sold twice, negative stock, a task processed twice, a lock
+// a client's retry charged again, the last seat sold twice, negative stock, a task processed twice, a lock
 // holder frozen past its lease — with several OS processes as replicas, and
 // shows each mechanism preventing them. `make demo` runs it against a
 // throwaway PostgreSQL.
 //
-//	sqlock-demo [-dsn postgres://…] [-scenario payment,seat,stock,claim,paused]
+//	sqlock-demo [-dsn postgres://…] [-scenario payment,client-retry,seat,stock,claim,paused]
 package main
 
 import (
@@ -20,8 +20,8 @@ import (
 
 func main() {
 	demo.MaybeWorker() // replicas are this binary, started by the coordinator
-	dsn := flag.String("dsn", "", "an existing PostgreSQL database to use (its tables orders, charges, seats, bookings, products, tasks, account and demo_leases are dropped and recreated); default: a throwaway cluster")
-	only := flag.String("scenario", "", "comma-separated scenarios to run (payment, seat, stock, claim, paused); default: all")
+	dsn := flag.String("dsn", "", "an existing PostgreSQL database to use (its tables orders, charges, replicas, demo_idem, seats, bookings, products, tasks, account and demo_leases are dropped and recreated); default: a throwaway cluster")
+	only := flag.String("scenario", "", "comma-separated scenarios to run (payment, client-retry, seat, stock, claim, paused); default: all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -26,10 +26,11 @@ func TestMain(m *testing.M) {
 // work done). The task claim loops until the tasks run out, so only its
 // completions are fixed.
 var requests = map[string]struct{ total, ok int }{
-	"payment": {3 * paymentOrders, paymentOrders},
-	"seat":    {50, 1},
-	"stock":   {200, initialStock},
-	"claim":   {-1, claimTasks},
+	"payment":   {3 * paymentOrders, paymentOrders},
+	clientRetry: {paymentOrders, paymentOrders},
+	"seat":      {50, 1},
+	"stock":     {200, initialStock},
+	"claim":     {-1, claimTasks},
 }
 
 // repoStrategies are the strategies written the way the card tells users
@@ -154,6 +155,27 @@ func TestPausedHolderLosesAnUpdateOnlyWithoutAFence(t *testing.T) {
 		if w.takenOver && r.a.Release == "" {
 			t.Errorf("%s: A's Release after the takeover succeeded", st.name)
 		}
+	}
+}
+
+// TestClientRetryIsChargedOnceBehindIdem: every client's first response is
+// really lost (each order is retried at least once, on another replica
+// process), the naive API charges those orders again, and behind
+// idem.Middleware each order is charged exactly once and every client's
+// receipt names that one charge (a receipt naming another is an error).
+func TestClientRetryIsChargedOnceBehindIdem(t *testing.T) {
+	got := runDemo(t)[clientRetry]
+	naive, withIdem := got["naive"], got[strategyIdem]
+	if naive.anomalies == 0 {
+		t.Errorf("naive: no double charge: the lost responses were not retried")
+	}
+	s := withIdem.stats
+	if withIdem.anomalies != 0 || s.Errors != 0 || s.Successes != paymentOrders {
+		t.Errorf("%s: %d double charges, %d errors (first: %s), %d receipts; want 0, 0, %d",
+			strategyIdem, withIdem.anomalies, s.Errors, s.ErrSample, s.Successes, paymentOrders)
+	}
+	if s.Retries < paymentOrders {
+		t.Errorf("%s: %d retries for %d orders: not every first response was lost", strategyIdem, s.Retries, paymentOrders)
 	}
 }
 

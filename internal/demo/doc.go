@@ -14,6 +14,11 @@
 // window (a simulated provider call or think time between the check and the
 // write), so their anomalies are real races between processes.
 //
+// The client-retry scenario (clientretry.go) runs the payment as an HTTP
+// API on every replica: each client's first response is lost and it
+// retries with the same Idempotency-Key on another replica; behind
+// idem.Middleware each order is charged once, and the demo fails if not.
+//
 // The paused-holder scenario (paused.go) is driven step by step instead:
 // one replica is frozen with SIGSTOP while it holds the lock, past the
 // lease's TTL, and resumed after the other has written, so each strategy

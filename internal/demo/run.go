@@ -99,6 +99,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		p.done()
 		printTable(cfg.Out, sc, rows)
+		for i, st := range sc.strategies {
+			if st.mustHold && rows[i].anomaly != 0 {
+				return fmt.Errorf("%s/%s: %d %s — the mechanism failed", sc.name, st.name, rows[i].anomaly, sc.anomaly)
+			}
+		}
 	}
 	if runsPaused {
 		rows, err := runPaused(ctx, exe, dsn, p, &done, total, cfg.paused)
@@ -354,11 +359,17 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 		return err
 	}
 	rec := &recorder{}
-	w := &replica{db: db, pool: pool, rec: rec, replica: cfg.Replica, goroutines: sc.goroutines,
+	w := &replica{db: db, pool: pool, rec: rec, replica: cfg.Replica, goroutines: sc.goroutines, strategy: st.name,
 		locker: advisory.New(db, advisory.WithObserver(rec), advisory.WithTimeout(30*time.Second),
 			advisory.WithKeyNames())}
 	if err := w.openORMs(db); err != nil {
 		return err
+	}
+	stop := func() {}
+	if st.serve != nil {
+		if stop, err = st.serve(ctx, w); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(out, "ready")
 	if line, err := bufio.NewReader(in).ReadString('\n'); err != nil || line != "go\n" {
@@ -374,6 +385,7 @@ func worker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) 
 		}()
 	}
 	wg.Wait()
+	stop()
 	s := w.stats
 	s.Elapsed = int64(time.Since(start))
 	s.Retries += w.rec.retries
@@ -416,6 +428,7 @@ type replica struct {
 	sqlxh      *sqlxhelpers.Helper
 	replica    int
 	goroutines int
+	strategy   string
 
 	mu    sync.Mutex
 	stats Stats

@@ -20,6 +20,11 @@ type strategy struct {
 	name string
 	note string // printed under the table: how a service writes it
 	run  func(ctx context.Context, w *replica, g int)
+	// serve, if set, starts what the replica serves before it says it is
+	// ready (an HTTP server); stop runs after its goroutines are done.
+	serve func(ctx context.Context, w *replica) (stop func(), err error)
+	// mustHold: an anomaly under this strategy fails the demo.
+	mustHold bool
 }
 
 func (sc *scenario) strategy(name string) *strategy {
@@ -40,4 +45,4 @@ func findScenario(name string) *scenario {
 	return nil
 }
 
-var scenarios = []*scenario{paymentScenario, seatScenario, stockScenario, claimScenario}
+var scenarios = []*scenario{paymentScenario, clientRetryScenario, seatScenario, stockScenario, claimScenario}

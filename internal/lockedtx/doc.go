@@ -16,7 +16,9 @@
 //	           allows; the begin step reports whether it folded, and only if
 //	           not does run.go send the lock statements after BEGIN. (Its
 //	           RequestBatch folds other statements the same way: lease's
-//	           guard.)
+//	           guard, idem's claim; BeginBatch and CommitBatch send
+//	           statements with a pgx BEGIN and with COMMIT: idem's claim and
+//	           result.)
 //	attempt.go one attempt's state: its wait bound (from the caller's
 //	           deadline and the connection's estimates) and the statements
 //	           carrying it.

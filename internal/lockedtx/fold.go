@@ -162,10 +162,12 @@ type beginRequest interface {
 // statements queue adds to a pgx batch in BEGIN's round trip: the batch
 // BEGIN, queue's statements, and the results read by the callbacks queue
 // set (QueuedQuery.QueryRow, Exec). An error from one of them fails the
-// BEGIN with that error, the transaction rolled back.
+// BEGIN with that error, the transaction rolled back. Statements queued
+// with CommitWith travel with the transaction's COMMIT the same way.
 type BatchRequest struct {
-	queue func(*pgx.Batch)
-	fold  atomic.Int32
+	queue  func(*pgx.Batch)
+	fold   atomic.Int32
+	commit atomic.Pointer[func(*pgx.Batch)]
 }
 
 // RequestBatch returns ctx carrying a BatchRequest for queue, for one
@@ -180,12 +182,34 @@ func RequestBatch(ctx context.Context, queue func(*pgx.Batch)) (context.Context,
 // a connection sent the statements with BEGIN.
 func (r *BatchRequest) Folded() bool { return r.fold.Swap(foldClosed) == foldDone }
 
+// CommitWith asks the connection that folded the request (Folded
+// reported true) to send the statements queue adds to a pgx batch before
+// COMMIT, in COMMIT's round trip (CommitBatch), when the *sql.Tx it began
+// is committed. Call it before Commit; a later call replaces queue.
+func (r *BatchRequest) CommitWith(queue func(*pgx.Batch)) { r.commit.Store(&queue) }
+
 func (r *BatchRequest) foldState() *atomic.Int32 { return &r.fold }
 
 func (r *BatchRequest) beginFolded(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions) (pgx.Tx, error) {
+	return BeginBatch(ctx, conn, o, r.queue)
+}
+
+func (r *BatchRequest) commitQueue() func(*pgx.Batch) {
+	if q := r.commit.Load(); q != nil {
+		return *q
+	}
+	return nil
+}
+
+// BeginBatch begins a transaction with o on conn and sends the statements
+// queue adds to the batch in the same round trip; their results are read
+// by the callbacks queue set (QueuedQuery.QueryRow, Exec), before
+// BeginBatch returns. If BEGIN, a statement or a callback fails, no
+// transaction is left open and the error is returned.
+func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func(*pgx.Batch)) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(o)
-	r.queue(b)
+	queue(b)
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	if err := br.Close(); err != nil {
@@ -193,6 +217,37 @@ func (r *BatchRequest) beginFolded(ctx context.Context, conn *pgx.Conn, o pgx.Tx
 		return nil, err
 	}
 	return tx, nil
+}
+
+// CommitBatch sends the statements queue adds to a pgx batch and COMMIT,
+// in one round trip, to end tx (its callbacks, if queue set any, run
+// before CommitBatch returns). The batch is one pipeline with one Sync:
+// if a statement fails, the server skips the rest, COMMIT included, and
+// CommitBatch rolls tx back and returns the statement's error — what the
+// transaction wrote never commits without the queued statements. A COMMIT
+// answered ROLLBACK (a transaction already aborted) is
+// pgx.ErrTxCommitRollback. Any other error (the connection lost) leaves
+// the outcome unknown (pgerr.CommitAmbiguous).
+//
+// On success the connection is outside a transaction but pgx's tx is not
+// marked closed (pgx has no way to say it was committed by a batch): the
+// caller must not use tx again.
+func CommitBatch(ctx context.Context, tx pgx.Tx, queue func(*pgx.Batch)) error {
+	b := &pgx.Batch{}
+	queue(b)
+	var tag pgconn.CommandTag
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	conn := tx.Conn()
+	err := tx.SendBatch(ctx, b).Close()
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx) // closes the connection if it fails
+	}
+	return err
 }
 
 const (
@@ -258,18 +313,27 @@ func (c *foldConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.T
 		return nil, err
 	}
 	state.Store(foldDone)
-	return foldTx{ctx, tx}, nil
+	return foldTx{ctx, tx, r}, nil
 }
 
 // foldTx is stdlib's transaction wrapper, except that ROLLBACK runs on a
 // context detached from the caller's cancellation, so that a cancelled
-// caller's connection is rolled back and kept rather than closed.
+// caller's connection is rolled back and kept rather than closed, and that
+// COMMIT carries the statements the request queued for it (CommitWith).
 type foldTx struct {
 	ctx context.Context
 	tx  pgx.Tx
+	r   beginRequest
 }
 
-func (t foldTx) Commit() error { return t.tx.Commit(t.ctx) }
+func (t foldTx) Commit() error {
+	if c, ok := t.r.(interface{ commitQueue() func(*pgx.Batch) }); ok {
+		if q := c.commitQueue(); q != nil {
+			return CommitBatch(t.ctx, t.tx, q)
+		}
+	}
+	return t.tx.Commit(t.ctx)
+}
 
 func (t foldTx) Rollback() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), cleanupTimeout)

@@ -1,0 +1,175 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlock/sqlock/internal/lockedtx"
+)
+
+// The transactions idem begins and ends itself ([DoTx], [Middleware]):
+// the claim travels with BEGIN and the result with COMMIT, so that the
+// key costs no round trip of its own, the way txlock folds its lock.
+//
+//   - pgx (pool, pool connection, connection): BEGIN and the claim are one
+//     batch (lockedtx.BeginBatch), the store and COMMIT another
+//     (lockedtx.CommitBatch).
+//   - database/sql on a connection of txlock.OpenDB or WrapConnector: the
+//     same batches, sent by the driver's connection when it is asked
+//     (lockedtx.RequestBatch, BatchRequest.CommitWith).
+//   - any other database/sql driver: the claim after BEGIN and the store
+//     before COMMIT, as statements of their own.
+
+// cleanupTimeout bounds a ROLLBACK sent after a failure, on a context
+// detached from the caller's cancellation.
+const cleanupTimeout = 5 * time.Second
+
+// owned is a transaction idem began.
+type owned struct {
+	conn   txConn
+	tx     any  // *sql.Tx or pgx.Tx, for fn and TxFrom
+	folded bool // BEGIN carried the queued statements (their callbacks ran)
+	// end commits (with the statement store and its arguments, if store
+	// is not empty, in COMMIT's round trip where it can) or, for commit
+	// false, rolls back; it releases what begin acquired. It is called
+	// once.
+	end func(ctx context.Context, commit bool, store string, args ...any) error
+}
+
+// openFunc begins a transaction and asks for the statements queue adds to
+// be sent with BEGIN; owned.folded says whether they were.
+type openFunc func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error)
+
+// claimQueue queues the one-statement claim q, its row scanned into row.
+func claimQueue(q string, args []any, row *claimRow) func(*pgx.Batch) {
+	return func(b *pgx.Batch) {
+		b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
+	}
+}
+
+// insertClaimQueue queues the claim as two statements, cheaper on the
+// server than the one-statement claim (whose CTE costs several times a
+// plain INSERT): the INSERT … ON CONFLICT DO NOTHING, then a read of the
+// key's row. Each statement takes its own snapshot, so after the INSERT
+// waited for a transaction that committed the key, the read sees it: no
+// second round. Sent with BEGIN, both cost no round trip of their own; as
+// statements of their own they would cost two, so unfolded transactions
+// use the one-statement claim.
+func insertClaimQueue(st statements, c *config, k keyOf, row *claimRow) func(*pgx.Batch) {
+	return func(b *pgx.Batch) {
+		b.Queue(st.claimInsert, k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()).
+			Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					row.inserted = true
+				}
+				return rows.Err()
+			})
+		b.Queue(st.read, k.scope, k.key).Query(func(rows pgx.Rows) error {
+			row.got = true // no lock in this form
+			if !rows.Next() || row.inserted {
+				return rows.Err() // inserted, or deleted meanwhile: claim reads again
+			}
+			var inserted bool
+			return rows.Scan(&inserted, &row.got, &row.found, &row.fp, &row.result, &row.noResult, &row.expired)
+		})
+	}
+}
+
+// opener returns the openFunc of db, nil for a nil handle or one of
+// another type.
+func opener(db any) openFunc {
+	switch h := db.(type) {
+	case *pgxpool.Pool:
+		if h != nil {
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) {
+				pc, err := h.Acquire(ctx)
+				if err != nil {
+					return nil, err
+				}
+				o, err := openPgx(ctx, pc.Conn(), queue, pc.Release)
+				if err != nil {
+					pc.Release()
+				}
+				return o, err
+			}
+		}
+	case *pgxpool.Conn:
+		if h != nil {
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) {
+				return openPgx(ctx, h.Conn(), queue, nil)
+			}
+		}
+	case *pgx.Conn:
+		if h != nil {
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) {
+				return openPgx(ctx, h, queue, nil)
+			}
+		}
+	case *sql.DB:
+		if h != nil {
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) { return openSQL(ctx, h, queue) }
+		}
+	case *sql.Conn:
+		if h != nil {
+			return func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error) { return openSQL(ctx, h, queue) }
+		}
+	}
+	return nil
+}
+
+// openPgx begins a transaction on conn with queue's statements in BEGIN's
+// round trip; release, if not nil, runs when it ends.
+func openPgx(ctx context.Context, conn *pgx.Conn, queue func(*pgx.Batch), release func()) (*owned, error) {
+	tx, err := lockedtx.BeginBatch(ctx, conn, pgx.TxOptions{}, queue)
+	if err != nil {
+		return nil, err
+	}
+	end := func(ctx context.Context, commit bool, store string, args ...any) error {
+		if release != nil {
+			defer release()
+		}
+		if !commit {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			return tx.Rollback(rctx)
+		}
+		if store == "" {
+			return tx.Commit(ctx)
+		}
+		return lockedtx.CommitBatch(ctx, tx, func(b *pgx.Batch) { b.Queue(store, args...) })
+	}
+	return &owned{conn: pgxTx{tx}, tx: tx, folded: true, end: end}, nil
+}
+
+// openSQL begins a database/sql transaction on db, asking its connection
+// to send queue's statements with BEGIN (which connections of
+// txlock.OpenDB do).
+func openSQL(ctx context.Context, db interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, queue func(*pgx.Batch)) (*owned, error) {
+	fctx, req := lockedtx.RequestBatch(ctx, queue)
+	tx, err := db.BeginTx(fctx, nil)
+	folded := req.Folded()
+	if err != nil {
+		return nil, err
+	}
+	end := func(ctx context.Context, commit bool, store string, args ...any) error {
+		if !commit {
+			return tx.Rollback()
+		}
+		if store != "" {
+			if folded {
+				req.CommitWith(func(b *pgx.Batch) { b.Queue(store, args...) })
+			} else if _, err := tx.ExecContext(ctx, store, args...); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+		}
+		return tx.Commit()
+	}
+	return &owned{conn: sqlTx{tx}, tx: tx, folded: folded, end: end}, nil
+}
