@@ -34,20 +34,24 @@ func withParam(dsn, kv string) string {
 // trips are what is measured:
 //
 //   - unlocked: BEGIN; UPDATE one row; COMMIT;
-//   - hand: the same with the lock added by hand — pgx: BeginQuery
-//     "BEGIN;SELECT pg_advisory_xact_lock(<key>)" (the baseline's best form);
-//     database/sql: BeginTx then ExecContext of the lock (the naive form);
 //   - locked: the same through txlock (Do / DoPgx) with the options named;
+//   - naive: the lock added by hand as a statement of its own, BEGIN;
+//     SELECT pg_advisory_xact_lock($1); UPDATE; COMMIT — one round trip
+//     more, what folding the lock into BEGIN saves;
+//   - hand (pgx only): the lock folded into BEGIN by hand, BeginQuery
+//     "BEGIN;SELECT pg_advisory_xact_lock(<key>)";
 //   - floor (pgx only): BEGIN and the cheapest statement there is, a
 //     prepared SELECT $1::int8, as one batch (pgx.Batch.BeginTx) — what any
 //     statement sent with BEGIN costs, before it takes a lock.
 //
-// It reports each one's µs per transaction, tput-ratio = locked throughput
-// / unlocked throughput (targets: pgx ≥ 0.97, database/sql ≥ 0.85),
-// hand-ratio, the same for the hand-written lock, and floor-ratio, so that
-// txlock's own cost (locked vs hand, locked vs floor) and the cost of one
-// more statement on the machine at hand (hand and floor vs unlocked) can be
-// told apart.
+// It reports each one's µs and round trips per transaction (counted on
+// the socket), tput-ratio = locked throughput / unlocked throughput
+// (targets: pgx ≥ 0.97, database/sql through OpenDB ≥ 0.85 on loopback and
+// ≥ 0.97 over a network), and naive-, hand- and floor-ratio the same way,
+// so that txlock's own cost (locked vs hand, locked vs floor) and the cost
+// of one more statement or round trip on the machine at hand can be told
+// apart. make bench-report runs it over loopback and through a proxy that
+// adds network latency (internal/benchreport).
 func BenchmarkUncontended(b *testing.B) {
 	db := pgtest.New(b)
 	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n bigint NOT NULL)")
@@ -55,12 +59,14 @@ func BenchmarkUncontended(b *testing.B) {
 	dsn := withParam(db.DSN, "synchronous_commit=off")
 	ctx := context.Background()
 	const update = "UPDATE t SET n = n + 1 WHERE id = $1"
+	var wire pgtest.RoundTrips
 
 	poolCfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	poolCfg.MaxConns = 4
+	poolCfg.ConnConfig.DialFunc = wire.Dial
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		b.Fatal(err)
@@ -70,6 +76,7 @@ func BenchmarkUncontended(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	connCfg.DialFunc = wire.Dial
 	plain := stdlib.OpenDB(*connCfg)
 	defer plain.Close()
 	fold := txlock.OpenDB(*connCfg)
@@ -79,7 +86,7 @@ func BenchmarkUncontended(b *testing.B) {
 		h.SetMaxIdleConns(4)
 	}
 
-	pgxTx := func(beginQuery func(id int) string) func(int) error {
+	pgxTx := func(beginQuery func(id int) string, lock bool) func(int) error {
 		return func(id int) error {
 			var o pgx.TxOptions
 			if beginQuery != nil {
@@ -89,6 +96,12 @@ func BenchmarkUncontended(b *testing.B) {
 			if err != nil {
 				return err
 			}
+			if lock {
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(id)); err != nil {
+					_ = tx.Rollback(ctx)
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, update, id); err != nil {
 				_ = tx.Rollback(ctx)
 				return err
@@ -96,7 +109,6 @@ func BenchmarkUncontended(b *testing.B) {
 			return tx.Commit(ctx)
 		}
 	}
-	pgxUnlocked := pgxTx(nil)
 	pgxFloor := func(id int) error {
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
@@ -117,7 +129,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		return tx.Commit(ctx)
 	}
-	pgxHand := pgxTx(func(id int) string { return "BEGIN;SELECT pg_advisory_xact_lock(" + strconv.Itoa(id) + ")" })
+	pgxHand := pgxTx(func(id int) string { return "BEGIN;SELECT pg_advisory_xact_lock(" + strconv.Itoa(id) + ")" }, false)
 	pgxLocked := func(opts ...txlock.Option) func(int) error {
 		return func(id int) error {
 			return txlock.DoPgx(ctx, pool, advisory.KeyInt(int64(id)), func(ctx context.Context, tx pgx.Tx) error {
@@ -153,51 +165,60 @@ func BenchmarkUncontended(b *testing.B) {
 			}, opts...)
 		}
 	}
+	type arm struct {
+		name string
+		run  func(int) error
+	}
+	pgxArms := func(locked func(int) error) []arm {
+		return []arm{{"unlocked", pgxTx(nil, false)}, {"locked", locked}, {"naive", pgxTx(nil, true)},
+			{"hand", pgxHand}, {"floor", pgxFloor}}
+	}
+	sqlArms := func(h *sql.DB) []arm {
+		return []arm{{"unlocked", sqlTx(h, false)}, {"locked", sqlLocked(h)}, {"naive", sqlTx(h, true)}}
+	}
 	for _, bc := range []struct {
-		name                          string
-		unlocked, hand, locked, floor func(int) error
+		name string
+		arms []arm
 	}{
-		{"pgx", pgxUnlocked, pgxHand, pgxLocked(), pgxFloor},
-		{"pgx/try-once", pgxUnlocked, pgxHand, pgxLocked(txlock.TryOnce()), pgxFloor},
-		{"sql", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain), nil},
-		{"sql+OpenDB", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold), nil},
+		{"pgx", pgxArms(pgxLocked())},
+		{"pgx/try-once", pgxArms(pgxLocked(txlock.TryOnce()))},
+		{"sql", sqlArms(plain)},
+		{"sql+OpenDB", sqlArms(fold)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			arms := []func(int) error{bc.unlocked, bc.hand, bc.locked}
-			if bc.floor != nil {
-				arms = append(arms, bc.floor)
-			}
+			arms := bc.arms
 			// Warm every pooled connection and its statement cache.
 			for i := range 16 {
 				for _, arm := range arms {
-					if err := arm(i); err != nil {
+					if err := arm.run(i); err != nil {
 						b.Fatal(err)
 					}
 				}
 			}
-			var spent [4]time.Duration
+			spent := make([]time.Duration, len(arms))
+			trips := make([]int64, len(arms))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for j := range arms {
 					// Rotate the order; each arm its own row.
 					a := (i + j) % len(arms)
-					t0 := time.Now()
-					if err := arms[a]((i + a*benchRows/len(arms)) % benchRows); err != nil {
+					n0, t0 := wire.Count(), time.Now()
+					if err := arms[a].run((i + a*benchRows/len(arms)) % benchRows); err != nil {
 						b.Fatal(err)
 					}
 					spent[a] += time.Since(t0)
+					trips[a] += wire.Count() - n0
 				}
 			}
 			b.StopTimer()
-			us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(b.N) }
-			b.ReportMetric(us(spent[0]), "unlocked-µs/tx")
-			b.ReportMetric(us(spent[1]), "hand-µs/tx")
-			b.ReportMetric(us(spent[2]), "locked-µs/tx")
-			b.ReportMetric(float64(spent[0])/float64(spent[2]), "tput-ratio")
-			b.ReportMetric(float64(spent[0])/float64(spent[1]), "hand-ratio")
-			if bc.floor != nil {
-				b.ReportMetric(us(spent[3]), "floor-µs/tx")
-				b.ReportMetric(float64(spent[0])/float64(spent[3]), "floor-ratio")
+			for a, arm := range arms {
+				b.ReportMetric(float64(spent[a])/float64(time.Microsecond)/float64(b.N), arm.name+"-µs/tx")
+				b.ReportMetric(float64(trips[a])/float64(b.N), arm.name+"-roundtrips/op")
+				if a == 1 {
+					b.ReportMetric(float64(spent[0])/float64(spent[a]), "tput-ratio")
+				} else if a > 1 {
+					b.ReportMetric(float64(spent[0])/float64(spent[a]), arm.name+"-ratio")
+				}
 			}
 		})
 	}
