@@ -42,7 +42,10 @@ func withParam(dsn, kv string) string {
 //     "BEGIN;SELECT pg_advisory_xact_lock(<key>)";
 //   - floor (pgx only): BEGIN and the cheapest statement there is, a
 //     prepared SELECT $1::int8, as one batch (pgx.Batch.BeginTx) — what any
-//     statement sent with BEGIN costs, before it takes a lock.
+//     statement sent with BEGIN costs, before it takes a lock;
+//   - stmts (pgx only): the statements txlock sends (its lock statement,
+//     lock_timeout included, in the BEGIN batch) sent by hand — locked vs
+//     stmts is txlock's client cost, stmts vs floor the lock's server cost.
 //
 // It reports each one's µs and round trips per transaction (counted on
 // the socket), tput-ratio = locked throughput / unlocked throughput
@@ -129,6 +132,34 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		return tx.Commit(ctx)
 	}
+	// pgxStmts sends, by hand, the statements txlock sends: BEGIN and its
+	// lock statement (as internal/lockedtx builds it) in one batch.
+	pgxStmts := func(lockSQL string, timeout bool) func(int) error {
+		return func(id int) error {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			b := &pgx.Batch{}
+			b.BeginTx(pgx.TxOptions{})
+			if timeout {
+				b.Queue(lockSQL, "5000ms", int64(id))
+			} else {
+				b.Queue(lockSQL, int64(id))
+			}
+			br := conn.SendBatch(ctx, b)
+			tx := br.Tx()
+			if err := br.Close(); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, update, id); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+	}
 	pgxHand := pgxTx(func(id int) string { return "BEGIN;SELECT pg_advisory_xact_lock(" + strconv.Itoa(id) + ")" }, false)
 	pgxLocked := func(opts ...txlock.Option) func(int) error {
 		return func(id int) error {
@@ -169,9 +200,9 @@ func BenchmarkUncontended(b *testing.B) {
 		name string
 		run  func(int) error
 	}
-	pgxArms := func(locked func(int) error) []arm {
+	pgxArms := func(locked, stmts func(int) error) []arm {
 		return []arm{{"unlocked", pgxTx(nil, false)}, {"locked", locked}, {"naive", pgxTx(nil, true)},
-			{"hand", pgxHand}, {"floor", pgxFloor}}
+			{"hand", pgxHand}, {"floor", pgxFloor}, {"stmts", stmts}}
 	}
 	sqlArms := func(h *sql.DB) []arm {
 		return []arm{{"unlocked", sqlTx(h, false)}, {"locked", sqlLocked(h)}, {"naive", sqlTx(h, true)}}
@@ -180,8 +211,9 @@ func BenchmarkUncontended(b *testing.B) {
 		name string
 		arms []arm
 	}{
-		{"pgx", pgxArms(pgxLocked())},
-		{"pgx/try-once", pgxArms(pgxLocked(txlock.TryOnce()))},
+		{"pgx", pgxArms(pgxLocked(), pgxStmts("SELECT pg_catalog.pg_advisory_xact_lock($2::int8) "+
+			"FROM (SELECT pg_catalog.set_config('lock_timeout', $1::text, true)) s", true))},
+		{"pgx/try-once", pgxArms(pgxLocked(txlock.TryOnce()), pgxStmts("SELECT pg_catalog.pg_try_advisory_xact_lock($1::int8)", false))},
 		{"sql", sqlArms(plain)},
 		{"sql+OpenDB", sqlArms(fold)},
 	} {
