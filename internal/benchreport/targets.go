@@ -259,8 +259,12 @@ func whyMissed(r rowResult, benches []bench, loopback []bench) string {
 	if r.baseRT >= 0 && r.formRT != r.baseRT {
 		parts = append(parts, fmt.Sprintf("It costs %s round trips per operation against %s.", num(r.formRT), num(r.baseRT)))
 	} else if r.baseRT >= 0 {
-		parts = append(parts, fmt.Sprintf("Round trips are equal (%s), so the %+.0f µs per operation is CPU: client, server and (over the network) the proxy share 2 cores with each other and with other work; the runs spread %s.",
-			num(r.formRT), r.formUs-r.baseUs, spread(r.runs)))
+		who := "client and server share"
+		if loopback != nil { // a network row: the proxy runs on the same cores
+			who = "client, server and the proxy share"
+		}
+		parts = append(parts, fmt.Sprintf("Round trips are equal (%s), so the %+.0f µs per operation is CPU: %s 2 cores with each other and with other work; the runs spread %s.",
+			num(r.formRT), r.formUs-r.baseUs, who, spread(r.runs)))
 	} else {
 		parts = append(parts, fmt.Sprintf("Both send one statement per operation; the %+.0f µs is CPU on a shared machine; the runs spread %s.", r.formUs-r.baseUs, spread(r.runs)))
 	}
