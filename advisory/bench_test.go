@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
@@ -70,12 +72,23 @@ func library(l *advisory.Locker) cycle {
 type benchSetup struct {
 	name      string
 	base, lib cycle
+	wire      *pgtest.RoundTrips // counts both arms' round trips
 }
 
 func benchSetups(b *testing.B) []benchSetup {
 	db := pgtest.New(b)
-	pool := db.OpenPool(func(c *pgxpool.Config) { c.MaxConns = 4 })
-	sdb := db.OpenSQL()
+	var poolWire, sqlWire pgtest.RoundTrips
+	pool := db.OpenPool(func(c *pgxpool.Config) {
+		c.MaxConns = 4
+		c.ConnConfig.DialFunc = poolWire.Dial
+	})
+	cfg, err := pgx.ParseConfig(db.DSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.DialFunc = sqlWire.Dial
+	sdb := stdlib.OpenDB(*cfg)
+	b.Cleanup(func() { sdb.Close() })
 	sdb.SetMaxIdleConns(4)
 	lp, ls := advisory.NewPool(pool), advisory.New(sdb)
 	for _, l := range []*advisory.Locker{lp, ls} {
@@ -84,8 +97,8 @@ func benchSetups(b *testing.B) []benchSetup {
 		}
 	}
 	return []benchSetup{
-		{"pgxpool", baselinePgx(b, pool), library(lp)},
-		{"sql-pgx", baselineSQL(b, sdb), library(ls)},
+		{"pgxpool", baselinePgx(b, pool), library(lp), &poolWire},
+		{"sql-pgx", baselineSQL(b, sdb), library(ls), &sqlWire},
 	}
 }
 
@@ -111,7 +124,8 @@ func BenchmarkTryLockRelease(b *testing.B) {
 // run, in blocks of 20 pairs (alternating which goes first), so that drift
 // and load hit both alike, and reports ratio = baseline ns / library ns,
 // the median over blocks (robust to a burst of load landing on one side),
-// next to the plain totals. Target: ratio ≥ 0.9, the library costing at
+// next to the plain totals and each side's round trips per cycle (counted
+// on the socket). Target: ratio ≥ 0.9, the library costing at
 // most about 11% over the bare statements on a pinned connection.
 func BenchmarkCycleRatio(b *testing.B) {
 	const block = 20
@@ -122,6 +136,7 @@ func BenchmarkCycleRatio(b *testing.B) {
 				s.lib(b, int64(i))
 			}
 			var base, lib, bb, lb time.Duration
+			var baseTrips, libTrips int64
 			var ratios []float64
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -130,14 +145,17 @@ func BenchmarkCycleRatio(b *testing.B) {
 				if i%2 == 1 {
 					first, second = s.lib, s.base
 				}
-				t0 := time.Now()
+				n0, t0 := s.wire.Count(), time.Now()
 				first(b, k)
-				t1 := time.Now()
+				n1, t1 := s.wire.Count(), time.Now()
 				second(b, k)
 				d1, d2 := t1.Sub(t0), time.Since(t1)
+				r1, r2 := n1-n0, s.wire.Count()-n1
 				if i%2 == 1 {
 					d1, d2 = d2, d1
+					r1, r2 = r2, r1
 				}
+				baseTrips, libTrips = baseTrips+r1, libTrips+r2
 				bb, lb = bb+d1, lb+d2
 				if (i+1)%block == 0 {
 					ratios = append(ratios, float64(bb)/float64(lb))
@@ -148,6 +166,8 @@ func BenchmarkCycleRatio(b *testing.B) {
 			b.ReportMetric(float64(base.Nanoseconds())/float64(b.N), "base-ns/cycle")
 			b.ReportMetric(float64(lib.Nanoseconds())/float64(b.N), "lib-ns/cycle")
 			b.ReportMetric(float64(base)/float64(lib), "total-ratio")
+			b.ReportMetric(float64(baseTrips)/float64(b.N), "base-roundtrips/op")
+			b.ReportMetric(float64(libTrips)/float64(b.N), "lib-roundtrips/op")
 			if len(ratios) > 0 {
 				slices.Sort(ratios)
 				b.ReportMetric(ratios[len(ratios)/2], "ratio")

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlock/sqlock/gormplugin"
+	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
 // Account is versioned; PlainAccount is the same table shape without a
@@ -187,28 +188,37 @@ func BenchmarkPostgres(b *testing.B) {
 // paired interleaves a and b in chunks, alternating which runs first, and
 // reports the time ratio b/a: both see the same machine load, which makes
 // the ratio far steadier than comparing two separate benchmarks on a busy
-// machine.
-func paired(bm *testing.B, chunk int, a, b func(i int)) {
+// machine. With a wire it also reports each side's round trips per call.
+func paired(bm *testing.B, chunk int, wire *pgtest.RoundTrips, a, b func(i int)) {
 	bm.ReportAllocs()
 	var ta, tb time.Duration
+	var ra, rb int64
+	count := func() int64 {
+		if wire == nil {
+			return 0
+		}
+		return wire.Count()
+	}
 	i, round := 0, 0
 	for bm.Loop() {
 		round++
 		runA := func() {
-			t0 := time.Now()
+			n0, t0 := count(), time.Now()
 			for range chunk {
 				i++
 				a(i)
 			}
 			ta += time.Since(t0)
+			ra += count() - n0
 		}
 		runB := func() {
-			t0 := time.Now()
+			n0, t0 := count(), time.Now()
 			for range chunk {
 				i++
 				b(i)
 			}
 			tb += time.Since(t0)
+			rb += count() - n0
 		}
 		if round%2 == 0 {
 			runA()
@@ -222,6 +232,10 @@ func paired(bm *testing.B, chunk int, a, b func(i int)) {
 	bm.ReportMetric(float64(tb)/float64(ta), "ratio")
 	bm.ReportMetric(float64(ta.Nanoseconds())/calls, "plain-ns/call")
 	bm.ReportMetric(float64(tb.Nanoseconds())/calls, "versioned-ns/call")
+	if wire != nil {
+		bm.ReportMetric(float64(ra)/calls, "plain-roundtrips/op")
+		bm.ReportMetric(float64(rb)/calls, "versioned-roundtrips/op")
+	}
 }
 
 // BenchmarkDryRunPaired reports versioned/plain for both Updates forms,
@@ -233,7 +247,7 @@ func BenchmarkDryRunPaired(b *testing.B) {
 	for _, form := range []string{"map", "struct"} {
 		p, v := calls["plain/"+form], calls["versioned/"+form]
 		b.Run(form, func(b *testing.B) {
-			paired(b, 64,
+			paired(b, 64, nil,
 				func(int) {
 					if tx := p(); tx.Error != nil {
 						b.Fatal(tx.Error)
@@ -249,21 +263,22 @@ func BenchmarkDryRunPaired(b *testing.B) {
 }
 
 // BenchmarkPostgresPaired reports versioned/plain end to end, one plain
-// and one versioned update interleaved.
+// and one versioned update interleaved, and each one's round trips.
 func BenchmarkPostgresPaired(b *testing.B) {
-	ver, plainDB, va, pa := postgresBench(b)
+	var wire pgtest.RoundTrips
+	ver, plainDB, va, pa := postgresBenchOn(b, &wire)
 	check := func(tx *gorm.DB) {
 		if tx.Error != nil || tx.RowsAffected != 1 {
 			b.Fatalf("%v, %d rows", tx.Error, tx.RowsAffected)
 		}
 	}
 	b.Run("map", func(b *testing.B) {
-		paired(b, 4,
+		paired(b, 4, &wire,
 			func(i int) { check(plainDB.Model(pa).Updates(map[string]any{"amount": i, "status": "paid"})) },
 			func(i int) { check(ver.Model(va).Updates(map[string]any{"amount": i, "status": "paid"})) })
 	})
 	b.Run("struct", func(b *testing.B) {
-		paired(b, 4,
+		paired(b, 4, &wire,
 			func(i int) { check(plainDB.Model(pa).Updates(PlainAccount{Amount: int64(i), Status: "paid"})) },
 			func(i int) { check(ver.Model(va).Updates(Account{Amount: int64(i), Status: "paid"})) })
 	})
@@ -272,8 +287,21 @@ func BenchmarkPostgresPaired(b *testing.B) {
 // postgresBench opens the versioned (plugin) and plain (no plugin) GORM
 // handles on one PostgreSQL database, each with one row to update.
 func postgresBench(b *testing.B) (ver, plainDB *gorm.DB, va *Account, pa *PlainAccount) {
-	ver = openPostgres(b)
-	var err error
+	return postgresBenchOn(b, nil)
+}
+
+// postgresBenchOn is postgresBench with the connections dialled through
+// wire, when not nil, which counts their round trips.
+func postgresBenchOn(b *testing.B, wire *pgtest.RoundTrips) (ver, plainDB *gorm.DB, va *Account, pa *PlainAccount) {
+	d := pgtest.New(b)
+	cfg, err := pgx.ParseConfig(d.DSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if wire != nil {
+		cfg.DialFunc = wire.Dial
+	}
+	ver = openWith(b, postgres.New(postgres.Config{Conn: stdlib.OpenDB(*cfg)}), nil)
 	plainDB, err = gorm.Open(postgres.New(postgres.Config{Conn: sqlOf(b, ver)}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		b.Fatal(err)

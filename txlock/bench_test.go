@@ -34,20 +34,29 @@ func withParam(dsn, kv string) string {
 // trips are what is measured:
 //
 //   - unlocked: BEGIN; UPDATE one row; COMMIT;
-//   - hand: the same with the lock added by hand — pgx: BeginQuery
-//     "BEGIN;SELECT pg_advisory_xact_lock(<key>)" (the baseline's best form);
-//     database/sql: BeginTx then ExecContext of the lock (the naive form);
 //   - locked: the same through txlock (Do / DoPgx) with the options named;
+//   - naive: the lock added by hand as a statement of its own, BEGIN;
+//     SELECT pg_advisory_xact_lock($1); UPDATE; COMMIT — one round trip
+//     more, what folding the lock into BEGIN saves;
+//   - hand (pgx only): the lock folded into BEGIN by hand, BeginQuery
+//     "BEGIN;SELECT pg_advisory_xact_lock(<key>)";
 //   - floor (pgx only): BEGIN and the cheapest statement there is, a
 //     prepared SELECT $1::int8, as one batch (pgx.Batch.BeginTx) — what any
-//     statement sent with BEGIN costs, before it takes a lock.
+//     statement sent with BEGIN costs, before it takes a lock;
+//   - stmts (pgx only): the statements txlock sends (its lock statement,
+//     lock_timeout included, in the BEGIN batch) sent by hand — locked vs
+//     stmts is txlock's client cost, stmts vs floor the lock's server cost.
 //
-// It reports each one's µs per transaction, tput-ratio = locked throughput
-// / unlocked throughput (targets: pgx ≥ 0.97, database/sql ≥ 0.85),
-// hand-ratio, the same for the hand-written lock, and floor-ratio, so that
-// txlock's own cost (locked vs hand, locked vs floor) and the cost of one
-// more statement on the machine at hand (hand and floor vs unlocked) can be
-// told apart.
+// It reports each one's µs and round trips per transaction (counted on
+// the socket), tput-ratio = locked throughput / unlocked throughput
+// (targets: pgx ≥ 0.97, database/sql through OpenDB ≥ 0.85 on loopback and
+// ≥ 0.97 over a network), naive-, hand-, floor- and stmts-ratio the same
+// way, and floor/locked-, stmts/locked- and floor/stmts-ratio (pgx; the
+// loopback target: locked ≥ 0.95 of the floor), each ratio the median of
+// blocks of ten rounds, so that txlock's own cost (locked vs hand, locked vs floor) and the cost
+// of one more statement or round trip on the machine at hand can be told
+// apart. make bench-report runs it over loopback and through a proxy that
+// adds network latency (internal/benchreport).
 func BenchmarkUncontended(b *testing.B) {
 	db := pgtest.New(b)
 	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n bigint NOT NULL)")
@@ -55,12 +64,14 @@ func BenchmarkUncontended(b *testing.B) {
 	dsn := withParam(db.DSN, "synchronous_commit=off")
 	ctx := context.Background()
 	const update = "UPDATE t SET n = n + 1 WHERE id = $1"
+	var wire pgtest.RoundTrips
 
 	poolCfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	poolCfg.MaxConns = 4
+	poolCfg.ConnConfig.DialFunc = wire.Dial
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		b.Fatal(err)
@@ -70,6 +81,7 @@ func BenchmarkUncontended(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	connCfg.DialFunc = wire.Dial
 	plain := stdlib.OpenDB(*connCfg)
 	defer plain.Close()
 	fold := txlock.OpenDB(*connCfg)
@@ -79,7 +91,7 @@ func BenchmarkUncontended(b *testing.B) {
 		h.SetMaxIdleConns(4)
 	}
 
-	pgxTx := func(beginQuery func(id int) string) func(int) error {
+	pgxTx := func(beginQuery func(id int) string, lock bool) func(int) error {
 		return func(id int) error {
 			var o pgx.TxOptions
 			if beginQuery != nil {
@@ -89,6 +101,12 @@ func BenchmarkUncontended(b *testing.B) {
 			if err != nil {
 				return err
 			}
+			if lock {
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(id)); err != nil {
+					_ = tx.Rollback(ctx)
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, update, id); err != nil {
 				_ = tx.Rollback(ctx)
 				return err
@@ -96,7 +114,6 @@ func BenchmarkUncontended(b *testing.B) {
 			return tx.Commit(ctx)
 		}
 	}
-	pgxUnlocked := pgxTx(nil)
 	pgxFloor := func(id int) error {
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
@@ -117,7 +134,35 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		return tx.Commit(ctx)
 	}
-	pgxHand := pgxTx(func(id int) string { return "BEGIN;SELECT pg_advisory_xact_lock(" + strconv.Itoa(id) + ")" })
+	// pgxStmts sends, by hand, the statements txlock sends: BEGIN and its
+	// lock statement (as internal/lockedtx builds it) in one batch.
+	pgxStmts := func(lockSQL string, timeout bool) func(int) error {
+		return func(id int) error {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			b := &pgx.Batch{}
+			b.BeginTx(pgx.TxOptions{})
+			if timeout {
+				b.Queue(lockSQL, "5000ms", int64(id))
+			} else {
+				b.Queue(lockSQL, int64(id))
+			}
+			br := conn.SendBatch(ctx, b)
+			tx := br.Tx()
+			if err := br.Close(); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, update, id); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+	}
+	pgxHand := pgxTx(func(id int) string { return "BEGIN;SELECT pg_advisory_xact_lock(" + strconv.Itoa(id) + ")" }, false)
 	pgxLocked := func(opts ...txlock.Option) func(int) error {
 		return func(id int) error {
 			return txlock.DoPgx(ctx, pool, advisory.KeyInt(int64(id)), func(ctx context.Context, tx pgx.Tx) error {
@@ -153,51 +198,91 @@ func BenchmarkUncontended(b *testing.B) {
 			}, opts...)
 		}
 	}
+	type arm struct {
+		name string
+		run  func(int) error
+	}
+	pgxArms := func(locked, stmts func(int) error) []arm {
+		return []arm{{"unlocked", pgxTx(nil, false)}, {"locked", locked}, {"naive", pgxTx(nil, true)},
+			{"hand", pgxHand}, {"floor", pgxFloor}, {"stmts", stmts}}
+	}
+	sqlArms := func(h *sql.DB) []arm {
+		return []arm{{"unlocked", sqlTx(h, false)}, {"locked", sqlLocked(h)}, {"naive", sqlTx(h, true)}}
+	}
 	for _, bc := range []struct {
-		name                          string
-		unlocked, hand, locked, floor func(int) error
+		name string
+		arms []arm
 	}{
-		{"pgx", pgxUnlocked, pgxHand, pgxLocked(), pgxFloor},
-		{"pgx/try-once", pgxUnlocked, pgxHand, pgxLocked(txlock.TryOnce()), pgxFloor},
-		{"sql", sqlTx(plain, false), sqlTx(plain, true), sqlLocked(plain), nil},
-		{"sql+OpenDB", sqlTx(fold, false), sqlTx(fold, true), sqlLocked(fold), nil},
+		{"pgx", pgxArms(pgxLocked(), pgxStmts("SELECT pg_catalog.pg_advisory_xact_lock($2::int8) "+
+			"FROM (SELECT pg_catalog.set_config('lock_timeout', $1::text, true)) s", true))},
+		{"pgx/try-once", pgxArms(pgxLocked(txlock.TryOnce()), pgxStmts("SELECT pg_catalog.pg_try_advisory_xact_lock($1::int8)", false))},
+		{"sql", sqlArms(plain)},
+		{"sql+OpenDB", sqlArms(fold)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			arms := []func(int) error{bc.unlocked, bc.hand, bc.locked}
-			if bc.floor != nil {
-				arms = append(arms, bc.floor)
-			}
+			arms := bc.arms
 			// Warm every pooled connection and its statement cache.
 			for i := range 16 {
 				for _, arm := range arms {
-					if err := arm(i); err != nil {
+					if err := arm.run(i); err != nil {
 						b.Fatal(err)
 					}
 				}
 			}
-			var spent [4]time.Duration
+			spent := make([]time.Duration, len(arms))
+			trips := make([]int64, len(arms))
+			// Ratios are taken per block of blockRounds rounds (a round: one
+			// transaction of every arm) and the median block reported, so
+			// that a burst of load from outside, landing on a few
+			// transactions of one arm, does not decide a ratio; the µs/tx
+			// are the plain totals.
+			const blockRounds = 10
+			var blocks [][]time.Duration
+			block := make([]time.Duration, len(arms))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for j := range arms {
 					// Rotate the order; each arm its own row.
 					a := (i + j) % len(arms)
-					t0 := time.Now()
-					if err := arms[a]((i + a*benchRows/len(arms)) % benchRows); err != nil {
+					n0, t0 := wire.Count(), time.Now()
+					if err := arms[a].run((i + a*benchRows/len(arms)) % benchRows); err != nil {
 						b.Fatal(err)
 					}
-					spent[a] += time.Since(t0)
+					d := time.Since(t0)
+					spent[a] += d
+					block[a] += d
+					trips[a] += wire.Count() - n0
+				}
+				if (i+1)%blockRounds == 0 || (i+1 == b.N && len(blocks) == 0) {
+					blocks = append(blocks, block)
+					block = make([]time.Duration, len(arms))
 				}
 			}
 			b.StopTimer()
-			us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(b.N) }
-			b.ReportMetric(us(spent[0]), "unlocked-µs/tx")
-			b.ReportMetric(us(spent[1]), "hand-µs/tx")
-			b.ReportMetric(us(spent[2]), "locked-µs/tx")
-			b.ReportMetric(float64(spent[0])/float64(spent[2]), "tput-ratio")
-			b.ReportMetric(float64(spent[0])/float64(spent[1]), "hand-ratio")
-			if bc.floor != nil {
-				b.ReportMetric(us(spent[3]), "floor-µs/tx")
-				b.ReportMetric(float64(spent[0])/float64(spent[3]), "floor-ratio")
+			ratio := func(num, den int) float64 {
+				rs := make([]float64, len(blocks))
+				for k, bl := range blocks {
+					rs[k] = float64(bl[num]) / float64(bl[den])
+				}
+				slices.Sort(rs)
+				return rs[len(rs)/2]
+			}
+			index := map[string]int{}
+			for a, arm := range arms {
+				index[arm.name] = a
+				b.ReportMetric(float64(spent[a])/float64(time.Microsecond)/float64(b.N), arm.name+"-µs/tx")
+				b.ReportMetric(float64(trips[a])/float64(b.N), arm.name+"-roundtrips/op")
+				if a == 1 {
+					b.ReportMetric(ratio(0, a), "tput-ratio")
+				} else if a > 1 {
+					b.ReportMetric(ratio(0, a), arm.name+"-ratio")
+				}
+			}
+			if f, ok := index["floor"]; ok {
+				b.ReportMetric(ratio(f, 1), "floor/locked-ratio")
+				s := index["stmts"]
+				b.ReportMetric(ratio(s, 1), "stmts/locked-ratio")
+				b.ReportMetric(ratio(f, s), "floor/stmts-ratio")
 			}
 		})
 	}

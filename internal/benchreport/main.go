@@ -1,10 +1,14 @@
-// Command benchreport regenerates docs/benchmarks.md and
-// docs/contention.svg (make bench-report): it runs every package's Go
-// benchmarks against the PostgreSQL in DATABASE_URL (the Makefile starts a
-// throwaway one), then the contention sweep on a private cluster with
-// production durability, and writes the tables and the plot.
+// Command benchreport regenerates docs/benchmarks.md, benchmarks.txt,
+// benchmarks-rtt.txt and contention.svg (make bench-report): it runs every
+// package's Go benchmarks against the PostgreSQL in DATABASE_URL (the
+// Makefile starts a throwaway one) over loopback; then the benchmarks whose
+// cost is round trips again through internal/pgtest's proxy, which adds a
+// simulated network round trip (-rtt), after measuring the proxy's own
+// cost; then the contention sweep on a private cluster with production
+// durability; and writes the targets, the tables and the plot. Every figure
+// and ratio comes from this run's output.
 //
-//	go run ./internal/benchreport [-count 3] [-workers 1,2,4,8,16,32,64] [-out docs]
+//	go run ./internal/benchreport [-count 3] [-rtt 500us] [-workers 1,2,4,8,16,32,64] [-out docs]
 package main
 
 import (
@@ -30,15 +34,18 @@ func main() {
 	work := flag.Int("work", 2000, "increments per contention point (split among the workers)")
 	out := flag.String("out", "docs", "output directory")
 	skipBench := flag.Bool("skip-bench", false, "only the contention sweep")
+	loopback := flag.Bool("loopback", true, "run the loopback benchmarks (false: keep only the network section and the sweeps)")
 	deadlines := flag.String("deadlines", "25ms,50ms,100ms,200ms,400ms", "per-call deadlines of the deadline sweep (empty: none)")
+	rtt := flag.Duration("rtt", 500*time.Microsecond, "round-trip time of the network section (0: none)")
+	netBenchtime := flag.String("rtt-benchtime", "1s", "go test -benchtime of the network section")
 	flag.Parse()
-	if err := run(*count, *workerList, *work, *out, *skipBench, *deadlines); err != nil {
+	if err := run(*count, *workerList, *work, *out, *skipBench, *deadlines, *rtt, *netBenchtime, *loopback); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(count int, workerList string, work int, out string, skipBench bool, deadlineList string) error {
+func run(count int, workerList string, work int, out string, skipBench bool, deadlineList string, rtt time.Duration, netBenchtime string, loopback bool) error {
 	var workers []int
 	for _, s := range strings.Split(workerList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -48,8 +55,9 @@ func run(count int, workerList string, work int, out string, skipBench bool, dea
 		workers = append(workers, n)
 	}
 	started := time.Now()
+	load := [2]string{loadavg()}
 	var benches []bench
-	if !skipBench {
+	if !skipBench && loopback {
 		fmt.Fprintln(os.Stderr, "running go test -bench . ./… (this takes a few minutes)")
 		cmd := exec.Command("go", "test", "-p", "1", "-run", "^$", "-bench", ".", "-benchmem",
 			"-count", strconv.Itoa(count), "-timeout", "30m", "./...")
@@ -65,9 +73,28 @@ func run(count int, workerList string, work int, out string, skipBench bool, dea
 		}
 		benches = parse(buf.String())
 	}
+	ctx := context.Background()
+	var net *netRun
+	if !skipBench && rtt > 0 {
+		dsn := os.Getenv(pgtest.EnvDSN)
+		if dsn == "" { // not under withpg: a server of its own for this section
+			c, err := pgtest.StartCluster(ctx, pgtest.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			dsn = c.AdminDSN()
+		}
+		var err error
+		if net, err = runNetwork(ctx, dsn, rtt, count, netBenchtime); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "benchmarks-rtt.txt"), net.raw, 0o644); err != nil {
+			return err
+		}
+	}
 
 	fmt.Fprintln(os.Stderr, "contention sweep on a private cluster (fsync on)…")
-	ctx := context.Background()
 	cluster, err := pgtest.StartCluster(ctx, pgtest.Options{Settings: map[string]string{
 		"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on", "max_connections": "300",
 	}})
@@ -100,7 +127,8 @@ func run(count int, workerList string, work int, out string, skipBench bool, dea
 	if err != nil {
 		return err
 	}
-	md := report(benches, results, workers, count, time.Since(started)) + contention.DeadlinesMarkdown(deadlines)
+	load[1] = loadavg()
+	md := report(benches, net, results, workers, count, time.Since(started), load) + contention.DeadlinesMarkdown(deadlines)
 	return os.WriteFile(filepath.Join(out, "benchmarks.md"), []byte(md), 0o644)
 }
 
@@ -133,6 +161,15 @@ func deadlineSweep(ctx context.Context, cluster *pgtest.Cluster, list string) ([
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// loadavg is /proc/loadavg's three load averages, or "unknown".
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], ", ")
+	}
+	return "unknown"
+}
 
 func machine() string {
 	model := "unknown CPU"
