@@ -72,12 +72,12 @@ func library(l *advisory.Locker) cycle {
 type benchSetup struct {
 	name      string
 	base, lib cycle
-	wire      *pgtest.RoundTrips // counts both arms' round trips
+	wire      *pgtest.Wire // counts both arms' round trips
 }
 
 func benchSetups(b *testing.B) []benchSetup {
 	db := pgtest.New(b)
-	var poolWire, sqlWire pgtest.RoundTrips
+	var poolWire, sqlWire pgtest.Wire
 	pool := db.OpenPool(func(c *pgxpool.Config) {
 		c.MaxConns = 4
 		c.ConnConfig.DialFunc = poolWire.Dial
@@ -145,12 +145,12 @@ func BenchmarkCycleRatio(b *testing.B) {
 				if i%2 == 1 {
 					first, second = s.lib, s.base
 				}
-				n0, t0 := s.wire.Count(), time.Now()
+				n0, t0 := s.wire.Turns(), time.Now()
 				first(b, k)
-				n1, t1 := s.wire.Count(), time.Now()
+				n1, t1 := s.wire.Turns(), time.Now()
 				second(b, k)
 				d1, d2 := t1.Sub(t0), time.Since(t1)
-				r1, r2 := n1-n0, s.wire.Count()-n1
+				r1, r2 := n1-n0, s.wire.Turns()-n1
 				if i%2 == 1 {
 					d1, d2 = d2, d1
 					r1, r2 = r2, r1

@@ -189,7 +189,7 @@ func BenchmarkPostgres(b *testing.B) {
 // reports the time ratio b/a: both see the same machine load, which makes
 // the ratio far steadier than comparing two separate benchmarks on a busy
 // machine. With a wire it also reports each side's round trips per call.
-func paired(bm *testing.B, chunk int, wire *pgtest.RoundTrips, a, b func(i int)) {
+func paired(bm *testing.B, chunk int, wire *pgtest.Wire, a, b func(i int)) {
 	bm.ReportAllocs()
 	var ta, tb time.Duration
 	var ra, rb int64
@@ -197,7 +197,7 @@ func paired(bm *testing.B, chunk int, wire *pgtest.RoundTrips, a, b func(i int))
 		if wire == nil {
 			return 0
 		}
-		return wire.Count()
+		return wire.Turns()
 	}
 	i, round := 0, 0
 	for bm.Loop() {
@@ -265,7 +265,7 @@ func BenchmarkDryRunPaired(b *testing.B) {
 // BenchmarkPostgresPaired reports versioned/plain end to end, one plain
 // and one versioned update interleaved, and each one's round trips.
 func BenchmarkPostgresPaired(b *testing.B) {
-	var wire pgtest.RoundTrips
+	var wire pgtest.Wire
 	ver, plainDB, va, pa := postgresBenchOn(b, &wire)
 	check := func(tx *gorm.DB) {
 		if tx.Error != nil || tx.RowsAffected != 1 {
@@ -292,7 +292,7 @@ func postgresBench(b *testing.B) (ver, plainDB *gorm.DB, va *Account, pa *PlainA
 
 // postgresBenchOn is postgresBench with the connections dialled through
 // wire, when not nil, which counts their round trips.
-func postgresBenchOn(b *testing.B, wire *pgtest.RoundTrips) (ver, plainDB *gorm.DB, va *Account, pa *PlainAccount) {
+func postgresBenchOn(b *testing.B, wire *pgtest.Wire) (ver, plainDB *gorm.DB, va *Account, pa *PlainAccount) {
 	d := pgtest.New(b)
 	cfg, err := pgx.ParseConfig(d.DSN)
 	if err != nil {

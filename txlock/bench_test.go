@@ -64,7 +64,7 @@ func BenchmarkUncontended(b *testing.B) {
 	dsn := withParam(db.DSN, "synchronous_commit=off")
 	ctx := context.Background()
 	const update = "UPDATE t SET n = n + 1 WHERE id = $1"
-	var wire pgtest.RoundTrips
+	var wire pgtest.Wire
 
 	poolCfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -244,14 +244,14 @@ func BenchmarkUncontended(b *testing.B) {
 				for j := range arms {
 					// Rotate the order; each arm its own row.
 					a := (i + j) % len(arms)
-					n0, t0 := wire.Count(), time.Now()
+					n0, t0 := wire.Turns(), time.Now()
 					if err := arms[a].run((i + a*benchRows/len(arms)) % benchRows); err != nil {
 						b.Fatal(err)
 					}
 					d := time.Since(t0)
 					spent[a] += d
 					block[a] += d
-					trips[a] += wire.Count() - n0
+					trips[a] += wire.Turns() - n0
 				}
 				if (i+1)%blockRounds == 0 || (i+1 == b.N && len(blocks) == 0) {
 					blocks = append(blocks, block)

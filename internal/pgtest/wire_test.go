@@ -9,7 +9,7 @@ import (
 
 // TestWireCountsRoundTrips: n simple-protocol statements on a connection
 // dialled through a Wire are n turns and n ReadyForQuery messages; Reset
-// starts over.
+// starts over; a batch is one turn.
 func TestWireCountsRoundTrips(t *testing.T) {
 	db := New(t)
 	ctx := context.Background()
@@ -36,5 +36,16 @@ func TestWireCountsRoundTrips(t *testing.T) {
 	}
 	if turns, ready := w.Counts(); turns != 5 || ready != 5 {
 		t.Fatalf("5 statements counted as %d turns, %d ReadyForQuery", turns, ready)
+	}
+	w.Reset()
+	b := &pgx.Batch{}
+	for range 3 {
+		b.Queue("SELECT 1")
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if turns, _ := w.Counts(); turns != 1 || w.Turns() != 1 {
+		t.Fatalf("a batch of 3 statements counted as %d turns, want 1", turns)
 	}
 }
