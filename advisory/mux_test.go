@@ -14,6 +14,7 @@ import (
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
+	"pgregory.net/rapid"
 )
 
 // muxPool is the pool size of the multiplexing tests: the claim is many
@@ -48,7 +49,7 @@ func forEachMuxBackend(t *testing.T, f func(t *testing.T, mc muxCase)) {
 
 // heldByPID maps each granted advisory lock of db's database to the
 // backend holding it.
-func heldByPID(t testing.TB, conn *pgx.Conn) map[[3]int64]uint32 {
+func heldByPID(t tb, conn *pgx.Conn) map[[3]int64]uint32 {
 	t.Helper()
 	rows, err := conn.Query(context.Background(), `SELECT classid::int8, objid::int8, objsubid::int8, pid FROM pg_locks
 		WHERE locktype = 'advisory' AND granted
@@ -381,4 +382,230 @@ func TestMultiplexedLossLosesOnlyThatConnectionsLocks(t *testing.T) {
 			t.Fatalf("%d connections out of the pool after every release", n)
 		}
 	})
+}
+
+// modelLock is a lock the model holds: its key, mode and backend.
+type modelLock struct {
+	lk     *advisory.Lock
+	key    int64
+	shared bool
+	pid    uint32
+}
+
+// TestMultiplexedLocksMatchModel is a model-based test (rapid) of
+// multiplexed session locks: random sequences of TryLock, TryRLock, Lock,
+// RLock, Release and pg_terminate_backend of a lock's connection, over 6
+// keys, on one Locker (3 shared connections of a pool of 8), checked after
+// every step against a model. A try-once is granted iff the model says the
+// key is free for its mode (never by stacking on a backend that holds the
+// key: each grant adds exactly one backend to the key's holders in
+// pg_locks); pg_locks holds exactly the model's locks, each on the backend
+// it was granted on; a terminated connection closes Lost for exactly the
+// locks the model placed on it, and no other lock reports a loss. After
+// each sequence every lock is released and every connection is back in
+// the pool. A failure prints rapid's seed and failfile.
+func TestMultiplexedLocksMatchModel(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	conn := admin(t, db)
+	const keepalive = 50 * time.Millisecond
+	const pool = 8
+	l, inUse := muxBackends[0].open(t, db, pool, advisory.WithMultiplexing(3),
+		advisory.WithKeepalive(keepalive))
+	var steps, kills atomic.Int64
+	rapid.Check(t, func(rt *rapid.T) {
+		var held []*modelLock
+		holders := func(k int64) (ex, sh int) {
+			for _, m := range held {
+				if m.key == k {
+					if m.shared {
+						sh++
+					} else {
+						ex++
+					}
+				}
+			}
+			return ex, sh
+		}
+		// granted checks a new lock against pg_locks: one more backend
+		// holds its key, and that backend is the lock's.
+		granted := func(k int64, shared bool, lk *advisory.Lock) {
+			known := map[uint32]bool{}
+			for _, m := range held {
+				if m.key == k {
+					known[m.pid] = true
+				}
+			}
+			var fresh []uint32
+			for _, pid := range holderPIDs(rt, conn, advisory.KeyInt(k)) {
+				if !known[pid] {
+					fresh = append(fresh, pid)
+				}
+			}
+			if len(fresh) != 1 {
+				rt.Fatalf("key %d granted: %d new backends hold it in pg_locks, want exactly 1", k, len(fresh))
+			}
+			held = append(held, &modelLock{lk: lk, key: k, shared: shared, pid: fresh[0]})
+		}
+		drop := func(m *modelLock) {
+			for i, o := range held {
+				if o == m {
+					held = append(held[:i], held[i+1:]...)
+					return
+				}
+			}
+		}
+		key := rapid.Int64Range(0, 5)
+		// roomy skips an acquisition that could find the pool empty: the
+		// connections out of the pool are the backends holding locks
+		// (one without locks goes back), and an acquisition takes at
+		// most one more.
+		roomy := func(rt *rapid.T) {
+			pids := map[uint32]bool{}
+			for _, m := range held {
+				pids[m.pid] = true
+			}
+			if len(pids) >= pool-1 {
+				rt.Skip("the pool could be exhausted")
+			}
+		}
+		try := func(rt *rapid.T, shared bool) {
+			roomy(rt)
+			k := key.Draw(rt, "key")
+			ex, sh := holders(k)
+			free := ex == 0 && (shared || sh == 0)
+			var lk *advisory.Lock
+			var err error
+			if shared {
+				lk, err = l.TryRLock(ctx, advisory.KeyInt(k))
+			} else {
+				lk, err = l.TryLock(ctx, advisory.KeyInt(k))
+			}
+			switch {
+			case free && err == nil:
+				granted(k, shared, lk)
+			case !free && errors.Is(err, advisory.ErrNotAcquired):
+			default:
+				rt.Fatalf("try (shared %v) of key %d with %d exclusive and %d shared holders: %v", shared, k, ex, sh, err)
+			}
+		}
+		wait := func(rt *rapid.T, shared bool) {
+			roomy(rt)
+			k := key.Draw(rt, "key")
+			if ex, sh := holders(k); ex > 0 || !shared && sh > 0 {
+				rt.Skip("a wait would not end") // the model only waits for free keys
+			}
+			var lk *advisory.Lock
+			var err error
+			if shared {
+				lk, err = l.RLock(ctx, advisory.KeyInt(k))
+			} else {
+				lk, err = l.Lock(ctx, advisory.KeyInt(k))
+			}
+			if err != nil {
+				rt.Fatalf("wait (shared %v) for free key %d: %v", shared, k, err)
+			}
+			granted(k, shared, lk)
+		}
+		defer func() {
+			for _, m := range held {
+				if err := m.lk.Release(ctx); err != nil {
+					rt.Errorf("release at the end of the sequence: %v", err)
+				}
+			}
+			if n := advisoryLocks(rt, conn); n != 0 {
+				rt.Errorf("%d advisory locks left after releasing every lock", n)
+			}
+			if n := inUse(); n != 0 {
+				rt.Errorf("%d connections out of the pool after releasing every lock", n)
+			}
+		}()
+		rt.Repeat(map[string]func(*rapid.T){
+			"TryLock":  func(rt *rapid.T) { try(rt, false) },
+			"TryRLock": func(rt *rapid.T) { try(rt, true) },
+			"Lock":     func(rt *rapid.T) { wait(rt, false) },
+			"RLock":    func(rt *rapid.T) { wait(rt, true) },
+			"Release": func(rt *rapid.T) {
+				if len(held) == 0 {
+					rt.Skip("nothing held")
+				}
+				m := rapid.SampledFrom(held).Draw(rt, "lock")
+				if err := m.lk.Release(ctx); err != nil {
+					rt.Fatalf("Release of key %d: %v", m.key, err)
+				}
+				drop(m)
+			},
+			"kill": func(rt *rapid.T) {
+				// Rarer than the others: each costs a keepalive interval.
+				if len(held) == 0 || rapid.Float64Range(0, 1).Draw(rt, "kill?") >= 0.2 {
+					rt.Skip("no kill this time")
+				}
+				victim := rapid.SampledFrom(held).Draw(rt, "victim").pid
+				if err := db.Cluster.TerminateBackend(ctx, victim); err != nil {
+					rt.Fatal(err)
+				}
+				kills.Add(1)
+				var doomed []*modelLock
+				for _, m := range held {
+					if m.pid == victim {
+						doomed = append(doomed, m)
+					}
+				}
+				for _, m := range doomed {
+					select {
+					case <-m.lk.Lost():
+					case <-time.After(30 * time.Second):
+						rt.Fatalf("Lost of key %d never closed after its backend %d was terminated", m.key, victim)
+					}
+					if err := m.lk.Release(ctx); !errors.Is(err, advisory.ErrLost) {
+						rt.Fatalf("Release of a lost lock: %v, want ErrLost", err)
+					}
+					drop(m)
+				}
+				waitUntil(rt, "the terminated backend's locks are gone", func() bool {
+					for _, pid := range heldByPID(rt, conn) {
+						if pid == victim {
+							return false
+						}
+					}
+					return true
+				})
+			},
+			"": func(rt *rapid.T) {
+				steps.Add(1)
+				want := map[[2]int64]bool{}
+				for _, m := range held {
+					if m.lk.Err() != nil || isLost(m.lk) {
+						rt.Fatalf("key %d on backend %d reports a loss the model does not have: %v", m.key, m.pid, m.lk.Err())
+					}
+					want[[2]int64{m.key, int64(m.pid)}] = true
+				}
+				got := map[[2]int64]bool{}
+				rows, err := conn.Query(ctx, `SELECT objid::int8, pid FROM pg_locks
+					WHERE locktype = 'advisory' AND granted AND classid = 0 AND objsubid = 1
+					AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				for rows.Next() {
+					var k, pid int64
+					if err := rows.Scan(&k, &pid); err != nil {
+						rt.Fatal(err)
+					}
+					got[[2]int64{k, pid}] = true
+				}
+				rows.Close()
+				if len(got) != len(want) {
+					rt.Fatalf("pg_locks holds %v, the model %v", got, want)
+				}
+				for k := range want {
+					if !got[k] {
+						rt.Fatalf("pg_locks holds %v, the model %v", got, want)
+					}
+				}
+			},
+		})
+	})
+	t.Logf("%d steps checked against the model, %d connections terminated", steps.Load(), kills.Load())
 }
