@@ -12,8 +12,9 @@ import (
 )
 
 // Lock is a held session-level advisory lock. It owns one pinned
-// connection until Release, and watches it: Lost is closed if the
-// connection dies. Its methods are safe for concurrent use.
+// connection until Release (with [WithMultiplexing], it may share one with
+// other locks), and watches it: Lost is closed if the connection dies. Its
+// methods are safe for concurrent use.
 type Lock struct {
 	l        *Locker
 	key      Key

@@ -145,7 +145,7 @@ func WithLogger(l *slog.Logger) Option {
 // New returns a Locker on a database/sql pool with any PostgreSQL driver
 // (pgx's stdlib, lib/pq). Each held lock takes one connection out of the
 // pool for as long as it is held, so size the pool for the locks held at
-// once plus the other work.
+// once plus the other work, or share connections with [WithMultiplexing].
 //
 // New does not fail: a nil db or an invalid option is reported, as an
 // error matching [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by every method.
