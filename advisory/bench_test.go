@@ -128,50 +128,104 @@ func BenchmarkTryLockRelease(b *testing.B) {
 // on the socket). Target: ratio ≥ 0.9, the library costing at
 // most about 11% over the bare statements on a pinned connection.
 func BenchmarkCycleRatio(b *testing.B) {
-	const block = 20
 	for _, s := range benchSetups(b) {
-		b.Run(s.name, func(b *testing.B) {
-			for i := 0; i < 20; i++ { // warm both paths
-				s.base(b, int64(i))
-				s.lib(b, int64(i))
+		b.Run(s.name, func(b *testing.B) { interleave(b, s.wire, s.base, s.lib) })
+	}
+}
+
+// interleave runs base and lib cycles in blocks of 20 pairs (alternating
+// which goes first) and reports ratio = base ns / lib ns, the median over
+// blocks, next to the plain totals and, if wire counts both sides'
+// connections, each side's round trips per cycle.
+func interleave(b *testing.B, wire *pgtest.Wire, baseCycle, libCycle cycle) {
+	const block = 20
+	for i := 0; i < 20; i++ { // warm both paths
+		baseCycle(b, int64(i))
+		libCycle(b, int64(i))
+	}
+	var base, lib, bb, lb time.Duration
+	var baseTrips, libTrips int64
+	turns := func() int64 {
+		if wire == nil {
+			return 0
+		}
+		return wire.Turns()
+	}
+	var ratios []float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := int64(1_000_000 + i)
+		first, second := baseCycle, libCycle
+		if i%2 == 1 {
+			first, second = libCycle, baseCycle
+		}
+		n0, t0 := turns(), time.Now()
+		first(b, k)
+		n1, t1 := turns(), time.Now()
+		second(b, k)
+		d1, d2 := t1.Sub(t0), time.Since(t1)
+		r1, r2 := n1-n0, turns()-n1
+		if i%2 == 1 {
+			d1, d2 = d2, d1
+			r1, r2 = r2, r1
+		}
+		baseTrips, libTrips = baseTrips+r1, libTrips+r2
+		bb, lb = bb+d1, lb+d2
+		if (i+1)%block == 0 {
+			ratios = append(ratios, float64(bb)/float64(lb))
+			base, lib, bb, lb = base+bb, lib+lb, 0, 0
+		}
+	}
+	base, lib = base+bb, lib+lb
+	b.ReportMetric(float64(base.Nanoseconds())/float64(b.N), "base-ns/cycle")
+	b.ReportMetric(float64(lib.Nanoseconds())/float64(b.N), "lib-ns/cycle")
+	b.ReportMetric(float64(base)/float64(lib), "total-ratio")
+	if wire != nil {
+		b.ReportMetric(float64(baseTrips)/float64(b.N), "base-roundtrips/op")
+		b.ReportMetric(float64(libTrips)/float64(b.N), "lib-roundtrips/op")
+	}
+	if len(ratios) > 0 {
+		slices.Sort(ratios)
+		b.ReportMetric(ratios[len(ratios)/2], "ratio")
+	}
+}
+
+// BenchmarkMultiplexRatio interleaves the TryLock+Release cycle of a
+// Locker with WithMultiplexing(4) (lib) and of one without (base), on the
+// same pool, as BenchmarkCycleRatio does; ratio = base ns / lib ns, target
+// ≥ 0.9. "alone": no other lock is held, so each multiplexed cycle takes a
+// connection for the shared set and gives it back; "riding": 100 locks are
+// held on the shared set, and the cycle rides one of its connections.
+func BenchmarkMultiplexRatio(b *testing.B) {
+	db := pgtest.New(b)
+	pool := db.OpenPool(func(c *pgxpool.Config) { c.MaxConns = 8 })
+	sdb := db.OpenSQL()
+	sdb.SetMaxIdleConns(8)
+	for _, p := range []struct {
+		name       string
+		plain, mux *advisory.Locker
+	}{
+		{"pgxpool", advisory.NewPool(pool), advisory.NewPool(pool, advisory.WithMultiplexing(4))},
+		{"sql-pgx", advisory.New(sdb), advisory.New(sdb, advisory.WithMultiplexing(4))},
+	} {
+		for _, riding := range []bool{false, true} {
+			name := p.name + "/alone"
+			if riding {
+				name = p.name + "/riding"
 			}
-			var base, lib, bb, lb time.Duration
-			var baseTrips, libTrips int64
-			var ratios []float64
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				k := int64(1_000_000 + i)
-				first, second := s.base, s.lib
-				if i%2 == 1 {
-					first, second = s.lib, s.base
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				if riding {
+					for i := range 100 {
+						lk, err := p.mux.TryLock(ctx, advisory.KeyInt(int64(-1-i)))
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { lk.Release(ctx) })
+					}
 				}
-				n0, t0 := s.wire.Turns(), time.Now()
-				first(b, k)
-				n1, t1 := s.wire.Turns(), time.Now()
-				second(b, k)
-				d1, d2 := t1.Sub(t0), time.Since(t1)
-				r1, r2 := n1-n0, s.wire.Turns()-n1
-				if i%2 == 1 {
-					d1, d2 = d2, d1
-					r1, r2 = r2, r1
-				}
-				baseTrips, libTrips = baseTrips+r1, libTrips+r2
-				bb, lb = bb+d1, lb+d2
-				if (i+1)%block == 0 {
-					ratios = append(ratios, float64(bb)/float64(lb))
-					base, lib, bb, lb = base+bb, lib+lb, 0, 0
-				}
-			}
-			base, lib = base+bb, lib+lb
-			b.ReportMetric(float64(base.Nanoseconds())/float64(b.N), "base-ns/cycle")
-			b.ReportMetric(float64(lib.Nanoseconds())/float64(b.N), "lib-ns/cycle")
-			b.ReportMetric(float64(base)/float64(lib), "total-ratio")
-			b.ReportMetric(float64(baseTrips)/float64(b.N), "base-roundtrips/op")
-			b.ReportMetric(float64(libTrips)/float64(b.N), "lib-roundtrips/op")
-			if len(ratios) > 0 {
-				slices.Sort(ratios)
-				b.ReportMetric(ratios[len(ratios)/2], "ratio")
-			}
-		})
+				interleave(b, nil, library(p.plain), library(p.mux))
+			})
+		}
 	}
 }

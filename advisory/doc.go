@@ -39,6 +39,16 @@
 //     [github.com/sqlock/sqlock/txlock] for a lock that lasts one
 //     transaction.
 //
+// Each held lock pins a connection. [WithMultiplexing] lets many share a
+// few: a try-once rides a connection that holds other locks (never one
+// holding its own key: PostgreSQL would grant it twice), a granted wait's
+// connection joins them. It is off by default because it trades pool
+// exhaustion for blast radius: one dead connection loses every lock on it,
+// and each lock's statements queue behind the others' on its connection.
+// Turn it on when the locks held at once outnumber what the pool can spare.
+// Behind PgBouncer in transaction mode it changes nothing: session locks are
+// refused either way.
+//
 // [WithKeyNames] records each key's text once, so that
 // [github.com/sqlock/sqlock/inspect] and the sqlock command show names.
 //

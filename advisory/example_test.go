@@ -156,3 +156,34 @@ func ExampleNewPool() {
 	}
 	// Output: migrating, alone
 }
+
+// WithMultiplexing holds many locks on few connections: a thousand
+// per-tenant locks taken with TryLock ride one shared connection, and the
+// pool has it back once the last of them is released.
+func ExampleWithMultiplexing() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	l := advisory.NewPool(pool, advisory.WithMultiplexing(2))
+	var locks []*advisory.Lock
+	for i := range 1000 {
+		lk, err := l.TryLock(ctx, advisory.KeyOf(fmt.Sprintf("tenant:%d", i)))
+		if err != nil {
+			log.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+	fmt.Println("held:", len(locks), "on connections:", pool.Stat().AcquiredConns())
+	for _, lk := range locks {
+		if err := lk.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("after release:", pool.Stat().AcquiredConns())
+	// Output:
+	// held: 1000 on connections: 1
+	// after release: 0
+}

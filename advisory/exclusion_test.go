@@ -7,8 +7,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,16 +38,37 @@ var exclusionKeys = []advisory.Key{
 }
 
 // TestExclusionAcrossProcesses: 4 OS processes × 8 goroutines × N critical
-// sections on 3 keys. Each section marks its key's row as held by itself
-// (an UPDATE that only matches a row nobody holds), reads the counter, and
-// on exit writes counter+1 back and clears the mark (only if the mark is
-// still its own). An overlap would make an enter or exit match no row, and
-// a lost update would leave the counters short.
+// sections on 3 keys, one of each key form (see runExclusion).
 func TestExclusionAcrossProcesses(t *testing.T) {
+	runExclusion(t, "", len(exclusionKeys))
+}
+
+// muxKeys is how many keys TestExclusionAcrossProcessesMultiplexed draws
+// from.
+const muxKeys = 1000
+
+// TestExclusionAcrossProcessesMultiplexed is TestExclusionAcrossProcesses
+// with WithMultiplexing (4 shared connections of a pool of 8 per process)
+// over 1,000 keys drawn at random (half the draws from 10 hot ones, so
+// that sections contend): half the sections take their key with
+// Do (a wait on a connection of its own, which then joins the shared set),
+// half with TryLock, retried until granted (riding the shared set). 0
+// overlaps, counters exact.
+func TestExclusionAcrossProcessesMultiplexed(t *testing.T) {
+	runExclusion(t, "mux", muxKeys)
+}
+
+// runExclusion: 4 OS processes × 8 goroutines × N critical sections on
+// keys keys. Each section marks its key's row as held by itself (an UPDATE
+// that only matches a row nobody holds), reads the counter, and on exit
+// writes counter+1 back and clears the mark (only if the mark is still its
+// own). An overlap would make an enter or exit match no row, and a lost
+// update would leave the counters short.
+func runExclusion(t *testing.T, mode string, keys int) {
 	leakCheck(t)
 	db := pgtest.New(t)
 	db.Exec(`CREATE TABLE excl (k int PRIMARY KEY, holder text, n bigint NOT NULL DEFAULT 0)`)
-	db.Exec(`INSERT INTO excl (k) VALUES (0), (1), (2)`)
+	db.Exec(`INSERT INTO excl (k) SELECT generate_series(0, $1::int - 1)`, keys)
 	n := exclusionSections
 	if v, err := strconv.Atoi(os.Getenv("ADVISORY_EXCLUSION_N")); err == nil && v > 0 {
 		n = v
@@ -64,7 +87,8 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 			backend := []string{"sql", "pgx"}[p%2]
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), childEnv+"=exclusion", "ADVISORY_DSN="+db.DSN,
-				"ADVISORY_PROC="+strconv.Itoa(p), "ADVISORY_N="+strconv.Itoa(n), "ADVISORY_BACKEND="+backend)
+				"ADVISORY_PROC="+strconv.Itoa(p), "ADVISORY_N="+strconv.Itoa(n), "ADVISORY_BACKEND="+backend,
+				"ADVISORY_MODE="+mode)
 			out, err := cmd.CombinedOutput()
 			r := &results[p]
 			r.out = string(out)
@@ -101,7 +125,7 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 	}
 	waitNoLocks(t, conn)
 	t.Logf("N=%d: %d processes × %d goroutines × %d sections on %d keys = %d sections, 0 overlaps, counters exact, in %v",
-		n, exclusionProcs, exclusionGoroutines, n, len(exclusionKeys), total, time.Since(start).Round(time.Millisecond))
+		n, exclusionProcs, exclusionGoroutines, n, keys, total, time.Since(start).Round(time.Millisecond))
 }
 
 // exclusionChild is the worker process body.
@@ -112,6 +136,12 @@ func exclusionChild() int {
 	ctx := context.Background()
 	var l *advisory.Locker
 	opts := []advisory.Option{advisory.WithTimeout(2 * time.Minute)}
+	mux := os.Getenv("ADVISORY_MODE") == "mux"
+	poolSize := 0 // the driver's default
+	if mux {
+		opts = append(opts, advisory.WithMultiplexing(4))
+		poolSize = 8
+	}
 	switch os.Getenv("ADVISORY_BACKEND") {
 	case "sql":
 		cfg, err := pgx.ParseConfig(dsn)
@@ -121,9 +151,18 @@ func exclusionChild() int {
 		}
 		db := stdlib.OpenDB(*cfg)
 		defer db.Close()
+		db.SetMaxOpenConns(poolSize)
 		l = advisory.New(db, opts...)
 	default:
-		pool, err := pgxpool.New(ctx, dsn)
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		if poolSize > 0 {
+			cfg.MaxConns = int32(poolSize)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			fmt.Println(err)
 			return 2
@@ -147,7 +186,17 @@ func exclusionChild() int {
 			me := fmt.Sprintf("%d/%d", proc, g)
 			for i := 0; i < n; i++ {
 				k := (proc + g + i) % len(exclusionKeys)
-				err := l.Do(ctx, exclusionKeys[k], func(ctx context.Context) error {
+				key := exclusionKeys[k]
+				if mux {
+					// Half the draws from 10 hot keys, so that sections
+					// do contend; half over all 1,000.
+					k = rand.IntN(muxKeys)
+					if rand.IntN(2) == 0 {
+						k %= 10
+					}
+					key = advisory.KeyInt(int64(k))
+				}
+				section := func(ctx context.Context) error {
 					var cur int64
 					err := rec.QueryRowContext(ctx,
 						`UPDATE excl SET holder = $1 WHERE k = $2 AND holder IS NULL RETURNING n`, me, k).Scan(&cur)
@@ -168,7 +217,13 @@ func exclusionChild() int {
 						fmt.Printf("OVERLAP on exit: key %d, %s lost its mark\n", k, me)
 					}
 					return nil
-				})
+				}
+				var err error
+				if mux && i%2 == 1 {
+					err = tryUntilGranted(ctx, l, key, section)
+				} else {
+					err = l.Do(ctx, key, section)
+				}
 				if err != nil {
 					errs.Add(1)
 					fmt.Println("ERROR", err)
@@ -181,4 +236,23 @@ func exclusionChild() int {
 	wg.Wait()
 	fmt.Printf("RESULT sections=%d overlaps=%d errors=%d\n", sections.Load(), overlaps.Load(), errs.Load())
 	return 0
+}
+
+// tryUntilGranted runs section under key's lock taken by TryLock, asked
+// again until granted (the multiplexed exclusion test's try-once path).
+func tryUntilGranted(ctx context.Context, l *advisory.Locker, key advisory.Key, section func(context.Context) error) error {
+	for {
+		lk, err := l.TryLock(ctx, key)
+		if errors.Is(err, advisory.ErrNotAcquired) {
+			runtime.Gosched()
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		lctx, cancel := lk.Context(ctx)
+		serr := section(lctx)
+		cancel()
+		return errors.Join(serr, lk.Release(ctx))
+	}
 }

@@ -5,6 +5,14 @@ import (
 	"time"
 )
 
+// checked is what the keeper checks: a held lock on a connection of its
+// own, or a connection of the shared set (WithMultiplexing), whose one
+// check stands for every lock on it.
+type checked interface {
+	// checkIfDue starts a check if one is due and none runs.
+	checkIfDue(now time.Time)
+}
+
 // keeper schedules the keepalive checks of a Locker's held locks from one
 // timer, so that holding a lock costs no timer of its own: taking and
 // releasing one is a map insert and delete. The timer ticks every quarter
@@ -15,16 +23,16 @@ import (
 type keeper struct {
 	period time.Duration
 	mu     sync.Mutex
-	locks  map[*Lock]struct{}
+	locks  map[checked]struct{}
 	timer  *time.Timer
 	armed  bool
 }
 
 func newKeeper(interval time.Duration) *keeper {
-	return &keeper{period: max(interval/4, time.Millisecond), locks: map[*Lock]struct{}{}}
+	return &keeper{period: max(interval/4, time.Millisecond), locks: map[checked]struct{}{}}
 }
 
-func (k *keeper) add(lk *Lock) {
+func (k *keeper) add(lk checked) {
 	k.mu.Lock()
 	defer k.mu.Unlock() // a tick waits for k.timer to be set
 	k.locks[lk] = struct{}{}
@@ -38,7 +46,7 @@ func (k *keeper) add(lk *Lock) {
 	}
 }
 
-func (k *keeper) remove(lk *Lock) {
+func (k *keeper) remove(lk checked) {
 	k.mu.Lock()
 	delete(k.locks, lk)
 	k.mu.Unlock()

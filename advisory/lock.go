@@ -12,8 +12,9 @@ import (
 )
 
 // Lock is a held session-level advisory lock. It owns one pinned
-// connection until Release, and watches it: Lost is closed if the
-// connection dies. Its methods are safe for concurrent use.
+// connection until Release (with [WithMultiplexing], it may share one with
+// other locks), and watches it: Lost is closed if the connection dies. Its
+// methods are safe for concurrent use.
 type Lock struct {
 	l        *Locker
 	key      Key
@@ -25,6 +26,7 @@ type Lock struct {
 	// pinned connection is not safe for concurrent use). nil once
 	// destroyed.
 	sess     session
+	mc       *muxConn       // its shared connection (WithMultiplexing), whose check stands for the lock's; then sess is nil
 	pid      int32          // backend pid seen by the first check; the checks' own
 	checks   sync.WaitGroup // a running check
 	kmu      sync.Mutex     // guards the three below
@@ -208,6 +210,13 @@ func (lk *Lock) Release(ctx context.Context) error {
 		return &Error{Op: "release", Key: lk.key, Err: ErrNotHeld}
 	}
 	lk.ended.Store(true)
+	if lk.mc != nil {
+		if err := lk.l.mux.unlock(ctx, lk); err != nil {
+			return &Error{Op: "release", Key: lk.key, Err: ErrLost, Cause: err}
+		}
+		lk.released(ctx)
+		return nil
+	}
 	lk.stopChecks() // from here on this goroutine alone uses the connection
 	sess := lk.sess
 	lk.sess = nil
@@ -222,9 +231,14 @@ func (lk *Lock) Release(ctx context.Context) error {
 		lk.markLost(err)
 		return &Error{Op: "release", Key: lk.key, Err: ErrLost, Cause: err}
 	}
+	lk.released(ctx)
+	return nil
+}
+
+// released records a confirmed release.
+func (lk *Lock) released(ctx context.Context) {
 	hold := time.Since(lk.acquired)
 	lk.l.est.ObserveHold(hold)
 	lk.l.emit(ctx, observe.Event{Kind: observe.LockRelease, Key: lk.key.v, Name: lk.key.text, Shared: lk.shared,
 		Outcome: observe.Released, Hold: hold})
-	return nil
 }

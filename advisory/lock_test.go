@@ -475,6 +475,8 @@ func TestBadInput(t *testing.T) {
 		"WithReleaseTimeout(-1)": advisory.WithReleaseTimeout(-time.Second),
 		"WithReleaseTimeout(0)":  advisory.WithReleaseTimeout(0),
 		"WithKeepalive(-1)":      advisory.WithKeepalive(-1),
+		"WithMultiplexing(0)":    advisory.WithMultiplexing(0),
+		"WithMultiplexing(-1)":   advisory.WithMultiplexing(-1),
 	} {
 		l := advisory.New(sdb, opt)
 		if _, err := l.TryLock(ctx, advisory.KeyInt(1)); !errors.Is(err, sqlock.ErrInvalidOption) {

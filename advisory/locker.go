@@ -39,6 +39,7 @@ type Locker struct {
 
 	keeper *keeper   // keepalive checks of the held locks
 	names  *keyNames // nil unless WithKeyNames
+	mux    *mux      // nil unless WithMultiplexing
 	bounds *bounds   // wait bounds of acquisitions waiting for a connection
 
 	// est is the round trip and hold time measured on this Locker's
@@ -59,6 +60,7 @@ type config struct {
 	obs           observe.Observer
 	log           *slog.Logger
 	keyNames      bool
+	muxConns      int // WithMultiplexing; 0: a connection per lock
 }
 
 // Option configures a Locker.
@@ -143,7 +145,7 @@ func WithLogger(l *slog.Logger) Option {
 // New returns a Locker on a database/sql pool with any PostgreSQL driver
 // (pgx's stdlib, lib/pq). Each held lock takes one connection out of the
 // pool for as long as it is held, so size the pool for the locks held at
-// once plus the other work.
+// once plus the other work, or share connections with [WithMultiplexing].
 //
 // New does not fail: a nil db or an invalid option is reported, as an
 // error matching [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by every method.
@@ -193,6 +195,9 @@ func newLocker(b backend, opts []Option) *Locker {
 	l.bounds = newBounds()
 	if l.cfg.keyNames {
 		l.names = &keyNames{}
+	}
+	if l.cfg.muxConns > 0 {
+		l.mux = newMux(l, l.cfg.muxConns)
 	}
 	return l
 }
@@ -361,6 +366,16 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		}
 		return nil, l.wrapVerify(op, key, ctx, err)
 	}
+	if try && l.mux != nil {
+		if lk, err, ok := l.mux.try(ctx, key, shared, &w); ok {
+			if err != nil {
+				return nil, err
+			}
+			return l.handOver(ctx, lk, start), nil
+		}
+		// Every connection of the full shared set carries key: one of
+		// its own, where the server decides.
+	}
 	s, err := l.b.conn(w.ctx)
 	if err != nil {
 		if w.out() {
@@ -402,8 +417,26 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Name: key.text, Shared: shared,
 		Outcome: observe.Acquired, Wait: lk.acquired.Sub(start)})
 	sess = nil
-	lk.start()
+	if l.mux == nil || !l.mux.adopt(lk) {
+		lk.start()
+	}
 	return lk, nil
+}
+
+// handOver reports lk, granted on a shared connection, and returns it.
+// Should the observer panic, lk is released before the panic goes on.
+func (l *Locker) handOver(ctx context.Context, lk *Lock, start time.Time) *Lock {
+	handed := false
+	defer func() {
+		if !handed {
+			lk.ended.Store(true)
+			l.mux.unlock(ctx, lk)
+		}
+	}()
+	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: lk.key.v, Name: lk.key.text, Shared: lk.shared,
+		Outcome: observe.Acquired, Wait: lk.acquired.Sub(start)})
+	handed = true
+	return lk
 }
 
 // waitBound is the bound of one acquisition's wait: of the pooled

@@ -79,6 +79,14 @@ func forEachBackend(t *testing.T, f func(t *testing.T, bc backendCase)) {
 	}
 }
 
+// tb is what the helpers below need of a test: a *testing.T, or a
+// *rapid.T in a model-based test.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // admin is a plain connection for inspecting the server, closed at cleanup.
 func admin(t testing.TB, db *pgtest.DB) *pgx.Conn {
 	t.Helper()
@@ -95,7 +103,7 @@ func admin(t testing.TB, db *pgtest.DB) *pgx.Conn {
 const advisoryLocksSQL = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
 	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 
-func advisoryLocks(t testing.TB, conn *pgx.Conn) int {
+func advisoryLocks(t tb, conn *pgx.Conn) int {
 	t.Helper()
 	var n int
 	if err := conn.QueryRow(context.Background(), advisoryLocksSQL).Scan(&n); err != nil {
@@ -132,7 +140,7 @@ func waitNoLocks(t testing.TB, conn *pgx.Conn) {
 }
 
 // holderPIDs returns the backends holding (granted) key.
-func holderPIDs(t testing.TB, conn *pgx.Conn, key advisory.Key) []uint32 {
+func holderPIDs(t tb, conn *pgx.Conn, key advisory.Key) []uint32 {
 	t.Helper()
 	classid, objid, objsubid := key.Locktag()
 	rows, err := conn.Query(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory'
@@ -163,7 +171,7 @@ func waiting(t testing.TB, conn *pgx.Conn, key advisory.Key) int {
 	return n
 }
 
-func waitUntil(t testing.TB, what string, cond func() bool) {
+func waitUntil(t tb, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
