@@ -88,8 +88,8 @@ func run(count int, workerList string, work int, out string, skipBench bool, dea
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "  %-20s %2d workers: %6.0f/s p50 %6.2fms p99 %7.2fms retries %d\n",
-				mode, w, r.Throughput, ms(r.P50), ms(r.P99), r.Retries)
+			fmt.Fprintf(os.Stderr, "  %-20s %2d workers: %6.0f/s p50 %6.2fms p99 %7.2fms retries %d locked %d\n",
+				mode, w, r.Throughput, ms(r.P50), ms(r.P99), r.Retries, r.Locked)
 			results = append(results, r)
 		}
 	}
