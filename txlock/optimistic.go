@@ -25,7 +25,10 @@ type Querier interface {
 // lock (the transaction Do would run, the lock travelling with BEGIN on
 // OpenDB), so that under contention the retries wait their turn in
 // PostgreSQL's lock queue instead of colliding again. There is no backoff
-// between attempts: the queue is the wait ([WithRetry] can set one).
+// between attempts: the queue is the wait ([WithRetry] can set one). While
+// 16 or more of the process's DoOptimistic attempts on key wait for its
+// lock or hold it, a new call's first attempt is a locked one too, rather
+// than barging past them (see docs/txlock.md).
 //
 // fn must re-read what it depends on, on q, at every attempt, and guard its
 // writes (a versioned write); the lock is held for one attempt's

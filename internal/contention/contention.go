@@ -234,7 +234,7 @@ func drain(ch <-chan error) []error {
 
 // retryCounter counts retries and lock acquisitions.
 type retryCounter struct {
-	mu           sync.Mutex
+	mu            sync.Mutex
 	count, locked int
 }
 
