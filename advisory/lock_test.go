@@ -719,7 +719,10 @@ func TestWaitForPooledConnection(t *testing.T) {
 		"sql-pgx": func(o ...advisory.Option) *advisory.Locker { return advisory.New(sdb, o...) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			l := open(advisory.WithTimeout(200 * time.Millisecond))
+			// The bound each exhausted-pool wait below must reach, widened by
+			// the latency measured now so that the uncontended calls under
+			// the same bound are not timed out by a busy machine.
+			l := open(advisory.WithTimeout(200*time.Millisecond + 20*db.Latency()))
 			// Probe the server and open the pool's connection under the
 			// default bound, however slow this machine is now; the short
 			// bound is for the waits below.

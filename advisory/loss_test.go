@@ -214,10 +214,14 @@ func TestServerRestart(t *testing.T) {
 	c := pgtest.NewCluster(t, pgtest.Options{})
 	db := c.NewDB(t)
 	ctx := context.Background()
+	// A short bound keeps the workers' waits short while the server is
+	// down; widened by the latency measured now, so that a busy machine
+	// does not time out the held locks' first, uncontended acquisition.
+	bound := 2*time.Second + 100*db.Latency()
 	lockers := map[string]*advisory.Locker{
-		"sql-pgx": advisory.New(db.OpenSQL(), advisory.WithKeepalive(lossKeepalive), advisory.WithTimeout(2*time.Second)),
+		"sql-pgx": advisory.New(db.OpenSQL(), advisory.WithKeepalive(lossKeepalive), advisory.WithTimeout(bound)),
 		"pgxpool": advisory.NewPool(pgxPoolWith(t, db, 16), advisory.WithKeepalive(lossKeepalive),
-			advisory.WithTimeout(2*time.Second)),
+			advisory.WithTimeout(bound)),
 	}
 	held := map[string]*advisory.Lock{}
 	for name, l := range lockers {

@@ -353,11 +353,14 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 	db := pgtest.New(t)
 	admin := db.Pool()
 	key := advisory.KeyOf("deadline")
+	// Long enough, at the latency measured now, for BEGIN and the lock
+	// statement to reach the server before the deadline ends the wait.
+	deadline := 50*time.Millisecond + 20*db.Latency()
 	for _, be := range backends(t, db) {
 		t.Run(be.name, func(t *testing.T) {
 			h := holdLocks(t, db, false, key)
 			var evs observetest.Recorder
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			ran := false
 			err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },

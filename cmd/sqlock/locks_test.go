@@ -52,8 +52,11 @@ func newScene(t *testing.T) scene {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { held.Release(context.Background()) })
+	// The pool may hold more than one "api" connection (the key-name
+	// write can take its own): A is the one granted the advisory lock.
 	var pidA int
-	if err := probe.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'api'").Scan(&pidA); err != nil {
+	if err := probe.QueryRow(ctx, `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE a.application_name = 'api' AND l.locktype = 'advisory' AND l.granted`).Scan(&pidA); err != nil {
 		t.Fatal(err)
 	}
 	b, c := session(t, db, "waiter-b"), session(t, db, "waiter-c")
