@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -55,7 +56,7 @@ func median(rs []contention.Result, f func(contention.Result) float64) float64 {
 // optimistic+retry and txlock, and its p99 against txlock's, each ratio
 // between runs of the same round (measured one after the other), with the
 // median and the spread over the rounds.
-func hybridMarkdown(all []contention.Result, workers []int, rounds int) string {
+func hybridMarkdown(all []contention.Result, workers []int, rounds int, load string) string {
 	type key struct {
 		m        contention.Mode
 		w, round int
@@ -75,7 +76,8 @@ func hybridMarkdown(all []contention.Result, workers []int, rounds int) string {
 	w("holding the key's advisory lock (folded into BEGIN), and whose new calls queue at once while 16 of the ")
 	w("process's callers are queued on the key. Targets (#19): throughput ≥ the better of optimistic+retry and ")
 	w("txlock at every point, p99 at 32 and 64 workers ≤ 1.2× txlock's. Each ratio is taken within one round ")
-	w("(the modes of a point run one after the other); %d rounds, median and [min–max].\n\n", rounds)
+	w("(the modes of a point run one after the other); %d rounds, median and [min–max]. ", rounds)
+	w("The machine was shared with other jobs: %s (%d CPUs).\n\n", load, runtime.NumCPU())
 	w("| workers | tx/s ÷ best of optimistic, txlock | p99 ÷ txlock's p99 | locked attempts per increment |\n|---|---|---|---|\n")
 	for _, n := range workers {
 		var tput, tail, free []float64

@@ -88,6 +88,7 @@ func run(count int, workerList string, work, rounds int, out string, skipBench b
 	// count, round after round), so that a load change on the machine
 	// falls on all the modes of a point alike.
 	var all []contention.Result
+	loadBefore := loadAvg()
 	for _, w := range workers {
 		for round := range rounds {
 			for _, mode := range contention.Modes {
@@ -102,6 +103,7 @@ func run(count int, workerList string, work, rounds int, out string, skipBench b
 			}
 		}
 	}
+	load := fmt.Sprintf("load average %s at the start of the sweep, %s at its end", loadBefore, loadAvg())
 	results := medians(all)
 	if err := os.WriteFile(filepath.Join(out, "contention.svg"), []byte(plot(results, workers)), 0o644); err != nil {
 		return err
@@ -110,7 +112,7 @@ func run(count int, workerList string, work, rounds int, out string, skipBench b
 	if err != nil {
 		return err
 	}
-	md := report(benches, results, workers, count, time.Since(started)) + hybridMarkdown(all, workers, rounds) +
+	md := report(benches, results, workers, count, time.Since(started)) + hybridMarkdown(all, workers, rounds, load) +
 		contention.DeadlinesMarkdown(deadlines)
 	return os.WriteFile(filepath.Join(out, "benchmarks.md"), []byte(md), 0o644)
 }
@@ -144,6 +146,20 @@ func deadlineSweep(ctx context.Context, cluster *pgtest.Cluster, list string) ([
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// loadAvg is the machine's 1-, 5- and 15-minute load average, to say how
+// busy it was while the sweep ran.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " / ")
+}
 
 func machine() string {
 	model := "unknown CPU"
