@@ -8,6 +8,10 @@
 //		return book(ctx, tx, 42)
 //	}, txlock.WithTimeout(2*time.Second))
 //
+// [DoOptimistic] is optimistic locking that queues when the key turns hot:
+// fn's first attempt runs lock-free, the attempts after a conflict hold the
+// key's lock.
+//
 // Start with [Do] (database/sql) or [DoPgx] (pgx); open the *sql.DB with
 // [OpenDB] (or [WrapConnector]) and BEGIN carries the lock, so a locked
 // transaction costs the round trips of an unlocked one, as with pgx.

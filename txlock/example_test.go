@@ -9,12 +9,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/txlock"
+	"github.com/sqlock/sqlock/versioned"
 )
 
 // Book seat 42 at most once, however many replicas try at the same moment.
@@ -184,4 +186,44 @@ func ExampleErrAlreadyHeld() {
 	if errors.Is(err, txlock.ErrAlreadyHeld) {
 		log.Print("the job already holds order 7: do the update on the job's own connection or drop the inner lock")
 	}
+}
+
+// An optimistic write that queues when its key turns hot. The first attempt
+// runs on the *sql.DB with no transaction and no lock; here another writer
+// moved the row between its read and its write (UPDATE matched 0 rows), so
+// the second attempt re-reads and writes in a transaction holding the
+// key's advisory lock. (A mock database stands in for PostgreSQL, to show
+// the statements; on txlock.OpenDB the lock travels with BEGIN.)
+func ExampleDoOptimistic() {
+	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	defer db.Close()
+	const read = `SELECT stock, version FROM items WHERE id = $1`
+	const write = `UPDATE "items" SET "stock" = $1, "version" = "version" + 1 WHERE "id" = $2 AND "version" = $3`
+	mock.ExpectQuery(read).WithArgs(7).WillReturnRows(sqlmock.NewRows([]string{"stock", "version"}).AddRow(10, 3))
+	mock.ExpectExec(write).WithArgs(int64(9), 7, 3).WillReturnResult(sqlmock.NewResult(0, 0)) // stale
+	mock.ExpectBegin()
+	mock.ExpectExec(`SET LOCAL lock_timeout = '5000ms';SELECT pg_catalog.pg_advisory_xact_lock(7)`).WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectQuery(read).WithArgs(7).WillReturnRows(sqlmock.NewRows([]string{"stock", "version"}).AddRow(8, 4))
+	mock.ExpectExec(write).WithArgs(int64(7), 7, 4).WillReturnResult(sqlmock.NewResult(0, 1))
+	mock.ExpectCommit()
+
+	items := versioned.MustTable("items")
+	err := txlock.DoOptimistic(context.Background(), db, advisory.KeyInt(7), func(ctx context.Context, q txlock.Querier) error {
+		_, locked := q.(*sql.Tx)
+		fmt.Println("attempt in the locked transaction:", locked)
+		var stock, version int64
+		if err := q.QueryRowContext(ctx, read, 7).Scan(&stock, &version); err != nil {
+			return err
+		}
+		if stock == 0 {
+			return retry.Stop(errors.New("sold out"))
+		}
+		_, err := versioned.Update(ctx, q, items, 7, version, versioned.Set("stock", stock-1))
+		return err
+	})
+	fmt.Println(err, mock.ExpectationsWereMet())
+	// Output:
+	// attempt in the locked transaction: false
+	// attempt in the locked transaction: true
+	// <nil> <nil>
 }

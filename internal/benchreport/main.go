@@ -38,14 +38,18 @@ func main() {
 	deadlines := flag.String("deadlines", "25ms,50ms,100ms,200ms,400ms", "per-call deadlines of the deadline sweep (empty: none)")
 	rtt := flag.Duration("rtt", 500*time.Microsecond, "round-trip time of the network section (0: none)")
 	netBenchtime := flag.String("rtt-benchtime", "1s", "go test -benchtime of the network section")
+	rounds := flag.Int("rounds", 3, "contention sweeps, interleaved point by point (medians are reported, with the spread)")
 	flag.Parse()
-	if err := run(*count, *workerList, *work, *out, *skipBench, *deadlines, *rtt, *netBenchtime, *loopback); err != nil {
+	if err := run(*count, *workerList, *work, *rounds, *out, *skipBench, *deadlines, *rtt, *netBenchtime, *loopback); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(count int, workerList string, work int, out string, skipBench bool, deadlineList string, rtt time.Duration, netBenchtime string, loopback bool) error {
+func run(count int, workerList string, work, rounds int, out string, skipBench bool, deadlineList string, rtt time.Duration, netBenchtime string, loopback bool) error {
+	if rounds < 1 {
+		return fmt.Errorf("bad -rounds %d", rounds)
+	}
 	var workers []int
 	for _, s := range strings.Split(workerList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -107,19 +111,27 @@ func run(count int, workerList string, work int, out string, skipBench bool, dea
 		return err
 	}
 	dsn := pgtest.WithDatabase(cluster.AdminDSN(), dbName)
-	var results []contention.Result
+	// Rounds are interleaved point by point (every mode at one worker
+	// count, round after round), so that a load change on the machine
+	// falls on all the modes of a point alike.
+	var all []contention.Result
+	loadBefore := loadavg()
 	for _, w := range workers {
-		for _, mode := range contention.Modes {
-			per := max(work/w, 20)
-			r, err := contention.Run(ctx, dsn, mode, w, per)
-			if err != nil {
-				return err
+		for round := range rounds {
+			for _, mode := range contention.Modes {
+				per := max(work/w, 20)
+				r, err := contention.Run(ctx, dsn, mode, w, per)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "  [%d] %-20s %2d workers: %6.0f/s p50 %6.2fms p99 %7.2fms retries %d locked %d\n",
+					round+1, mode, w, r.Throughput, ms(r.P50), ms(r.P99), r.Retries, r.Locked)
+				all = append(all, r)
 			}
-			fmt.Fprintf(os.Stderr, "  %-20s %2d workers: %6.0f/s p50 %6.2fms p99 %7.2fms retries %d\n",
-				mode, w, r.Throughput, ms(r.P50), ms(r.P99), r.Retries)
-			results = append(results, r)
 		}
 	}
+	sweepLoad := fmt.Sprintf("load average %s at the start of the sweep, %s at its end", loadBefore, loadavg())
+	results := medians(all)
 	if err := os.WriteFile(filepath.Join(out, "contention.svg"), []byte(plot(results, workers)), 0o644); err != nil {
 		return err
 	}
@@ -128,7 +140,8 @@ func run(count int, workerList string, work int, out string, skipBench bool, dea
 		return err
 	}
 	load[1] = loadavg()
-	md := report(benches, net, results, workers, count, time.Since(started), load) + contention.DeadlinesMarkdown(deadlines)
+	md := report(benches, net, results, workers, count, time.Since(started), load) +
+		hybridMarkdown(all, workers, rounds, sweepLoad) + contention.DeadlinesMarkdown(deadlines)
 	return os.WriteFile(filepath.Join(out, "benchmarks.md"), []byte(md), 0o644)
 }
 

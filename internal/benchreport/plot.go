@@ -8,7 +8,7 @@ import (
 	"github.com/sqlock/sqlock/internal/contention"
 )
 
-var colors = []string{"#444444", "#1f77b4", "#2ca02c", "#d62728"}
+var colors = []string{"#444444", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"}
 
 // plot draws two panels: throughput and p99 latency against the number of
 // workers (log2 x axis), one line per mode.
@@ -22,7 +22,7 @@ func plot(results []contention.Result, workers []int) string {
 	panel(&b, w, w, h, pad, "p99 latency (ms, log scale)", workers, results, true,
 		func(r contention.Result) float64 { return ms(r.P99) })
 	for i, m := range contention.Modes {
-		x := 60 + i*200
+		x := 60 + i*175
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"/>`+"\n", x, h+25, x+24, h+25, colors[i])
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", x+30, h+29, esc(string(m)))
 	}

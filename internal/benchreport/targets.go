@@ -264,9 +264,9 @@ func whyMissed(r rowResult, benches []bench, loopback []bench) string {
 			who = "client, server and the proxy share"
 		}
 		parts = append(parts, fmt.Sprintf("Round trips are equal (%s), so the %+.0f µs per operation is CPU: %s 2 cores with each other and with other work; the runs spread %s.",
-			num(r.formRT), r.formUs-r.baseUs, who, spread(r.runs)))
+			num(r.formRT), r.formUs-r.baseUs, who, spread(r.runs, 3)))
 	} else {
-		parts = append(parts, fmt.Sprintf("Both send one statement per operation; the %+.0f µs is CPU on a shared machine; the runs spread %s.", r.formUs-r.baseUs, spread(r.runs)))
+		parts = append(parts, fmt.Sprintf("Both send one statement per operation; the %+.0f µs is CPU on a shared machine; the runs spread %s.", r.formUs-r.baseUs, spread(r.runs, 3)))
 	}
 	if b := find(benches, r.c.pkg, r.c.bench); b != nil {
 		for _, a := range r.c.alt {
@@ -286,11 +286,12 @@ func whyMissed(r rowResult, benches []bench, loopback []bench) string {
 	return strings.Join(parts, " ")
 }
 
-func spread(v []float64) string {
+// spread is "min–max" of v with digits decimals, or "–" if v is empty.
+func spread(v []float64, digits int) string {
 	if len(v) == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.3f–%.3f", slices.Min(v), slices.Max(v))
+	return fmt.Sprintf("%.*f–%.*f", digits, slices.Min(v), digits, slices.Max(v))
 }
 
 // saved states, from the run, what the naive forms' extra round trip costs

@@ -8,6 +8,7 @@ package contention
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -33,13 +34,21 @@ const (
 	TxLock      Mode = "txlock"
 	SessionLock Mode = "session lock"
 	Optimistic  Mode = "optimistic+retry"
+	// Hybrid is optimistic+retry whose retries after a conflict take the
+	// key's transaction lock (txlock.DoOptimistic), on a database/sql pool
+	// as Optimistic's, with the lock folded into BEGIN (txlock.WrapConnector).
+	Hybrid Mode = "optimistic→txlock"
+	// TxLockSQL is TxLock on Hybrid's handle (txlock.Do on a database/sql
+	// pool with the lock folded into BEGIN): what Hybrid's locked attempts
+	// cost, apart from the handle.
+	TxLockSQL Mode = "txlock (database/sql)"
 	// HandLock is the hand-written form txlock is measured against: a
 	// transaction whose first statement is SELECT pg_advisory_xact_lock($1).
 	HandLock Mode = "hand-written xact lock"
 )
 
 // Modes lists the modes of the bench-report sweep, the baseline first.
-var Modes = []Mode{ForUpdate, TxLock, SessionLock, Optimistic}
+var Modes = []Mode{ForUpdate, TxLock, SessionLock, Optimistic, Hybrid}
 
 // Result is one (mode, workers) measurement.
 type Result struct {
@@ -47,6 +56,7 @@ type Result struct {
 	Workers    int
 	Successes  int
 	Retries    int
+	Locked     int // lock acquisitions (Hybrid: the attempts after a conflict)
 	Elapsed    time.Duration
 	Throughput float64 // successful increments per second
 	P50, P99   time.Duration
@@ -81,6 +91,14 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
+	folding := sql.OpenDB(txlock.WrapConnector(stdlib.GetPoolConnector(pool)))
+	defer folding.Close()
+	// database/sql keeps 2 idle connections unless told: with more workers,
+	// every transaction would hand its connection back to the pool and the
+	// next one take it out again.
+	for _, h := range []*sql.DB{db, folding} {
+		h.SetMaxIdleConns(workers)
+	}
 
 	retries := &retryCounter{}
 	key := advisory.KeyOf("contention:hot-1")
@@ -131,6 +149,30 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 				return err
 			})
 		}
+	case TxLockSQL:
+		increment = func(ctx context.Context) error {
+			return txlock.Do(ctx, folding, key, func(ctx context.Context, tx *sql.Tx) error {
+				var n, v int64
+				if err := tx.QueryRowContext(ctx, "SELECT n, version FROM hot WHERE id = 1").Scan(&n, &v); err != nil {
+					return err
+				}
+				_, err := versioned.Update(ctx, tx, table, 1, v, versioned.Set("n", n+1))
+				return err
+			}, txlock.WithTimeout(time.Minute))
+		}
+	case Hybrid:
+		opts := []txlock.Option{txlock.WithTimeout(time.Minute), txlock.WithObserver(retries),
+			txlock.WithRetry(retry.WithMaxAttempts(10_000))}
+		increment = func(ctx context.Context) error {
+			return txlock.DoOptimistic(ctx, folding, key, func(ctx context.Context, q txlock.Querier) error {
+				var n, v int64
+				if err := q.QueryRowContext(ctx, "SELECT n, version FROM hot WHERE id = 1").Scan(&n, &v); err != nil {
+					return err
+				}
+				_, err := versioned.Update(ctx, q, table, 1, v, versioned.Set("n", n+1))
+				return err
+			}, opts...)
+		}
 	default:
 		return Result{}, fmt.Errorf("contention: unknown mode %q", mode)
 	}
@@ -138,7 +180,7 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 	if _, _, err := work(ctx, workers, 1, increment); err != nil { // warm-up
 		return Result{}, fmt.Errorf("%s with %d workers: warm-up: %w", mode, workers, err)
 	}
-	warm := retries.n()
+	warm, warmLocked := retries.n(), retries.locks()
 	lat, elapsed, err := work(ctx, workers, perWorker, increment)
 	if err != nil {
 		return Result{}, fmt.Errorf("%s with %d workers: %w", mode, workers, err)
@@ -151,7 +193,7 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 		return Result{}, fmt.Errorf("%s with %d workers: row = %d after %d increments: lost updates", mode, workers, n, workers+len(lat))
 	}
 	return Result{
-		Mode: mode, Workers: workers, Successes: len(lat), Retries: retries.n() - warm, Elapsed: elapsed,
+		Mode: mode, Workers: workers, Successes: len(lat), Retries: retries.n() - warm, Locked: retries.locks() - warmLocked, Elapsed: elapsed,
 		Throughput: float64(len(lat)) / elapsed.Seconds(),
 		P50:        lat[len(lat)/2], P99: lat[len(lat)*99/100],
 		Latencies: lat,
@@ -211,17 +253,29 @@ func drain(ch <-chan error) []error {
 	return out
 }
 
+// retryCounter counts retries and lock acquisitions.
 type retryCounter struct {
-	mu    sync.Mutex
-	count int
+	mu            sync.Mutex
+	count, locked int
 }
 
 func (r *retryCounter) Observe(_ context.Context, e observe.Event) {
-	if e.Kind == observe.Retry {
+	switch {
+	case e.Kind == observe.Retry:
 		r.mu.Lock()
 		r.count++
 		r.mu.Unlock()
+	case e.Kind == observe.LockAcquire && e.Outcome == observe.Acquired:
+		r.mu.Lock()
+		r.locked++
+		r.mu.Unlock()
 	}
+}
+
+func (r *retryCounter) locks() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.locked
 }
 
 func (r *retryCounter) n() int {

@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // Every mode keeps the count exact under contention (Run checks the row).
 func TestEveryModeIsCorrect(t *testing.T) {
 	db := pgtest.New(t)
-	for _, mode := range slices.Concat(Modes, []Mode{HandLock}) {
+	for _, mode := range slices.Concat(Modes, []Mode{HandLock, TxLockSQL}) {
 		r, err := Run(context.Background(), db.DSN, mode, 8, 25)
 		if err != nil {
 			t.Fatal(err)

@@ -36,6 +36,10 @@ type Config struct {
 	Observer  observe.Observer
 	RetryOpts []retry.Option // added to the default policy
 	NoRetry   bool           // one attempt only
+	// Unlocked, when set, is the first attempt: it runs with no
+	// transaction and no lock, and only the attempts after a conflict it
+	// returns take the locks (txlock.DoOptimistic).
+	Unlocked func(context.Context) error
 }
 
 // Fail records the first invalid option.
@@ -55,19 +59,29 @@ func newConfig[O ~func(*Config)](opts []O) Config {
 	return c
 }
 
+// unlockedPolicy is defaultPolicy without backoff, for a call whose first
+// attempt is unlocked: every later attempt waits in the lock's queue on the
+// server, which is the backoff.
+var unlockedPolicy = retry.New(retry.WithMaxAttempts(DefaultMaxAttempts), retry.WithBackoff(retry.Constant(0)))
+
 // retryPolicy returns the policy the attempts run under: nil for a single
 // attempt (NoRetry), else the default (DefaultMaxAttempts attempts, retry's
-// full-jitter backoff; 40001, 40P01 and stale versioned writes) plus the
-// observer and any RetryOpts.
+// full-jitter backoff — none when the first attempt is Unlocked; 40001,
+// 40P01 and stale versioned writes) plus the observer and any RetryOpts.
 func (c *Config) retryPolicy() *retry.Policy {
 	switch {
 	case c.NoRetry:
 		return nil
+	case len(c.RetryOpts) == 0 && isNop(c.Observer) && c.Unlocked != nil:
+		return unlockedPolicy
 	case len(c.RetryOpts) == 0 && isNop(c.Observer):
 		return defaultPolicy
 	}
-	opts := make([]retry.Option, 0, len(c.RetryOpts)+2)
+	opts := make([]retry.Option, 0, len(c.RetryOpts)+3)
 	opts = append(opts, retry.WithMaxAttempts(DefaultMaxAttempts))
+	if c.Unlocked != nil {
+		opts = append(opts, retry.WithBackoff(retry.Constant(0)))
+	}
 	if !isNop(c.Observer) {
 		opts = append(opts, retry.WithObserver(c.Observer))
 	}

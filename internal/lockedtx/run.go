@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/errs"
 	"github.com/sqlock/sqlock/internal/holds"
 	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/waitbound"
@@ -67,6 +69,9 @@ func Run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key,
 		return ErrNilFunc
 	}
 	cfg := newConfig(opts)
+	if cfg.Err == nil {
+		cfg.Err = cfg.checkUnlocked()
+	}
 	if cfg.Err != nil {
 		return cfg.Err
 	}
@@ -85,8 +90,41 @@ func Run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key,
 	n := 0
 	return policy.Do(ctx, func(ctx context.Context) error {
 		n++
+		if cfg.Unlocked == nil {
+			return r.attempt(ctx, n)
+		}
+		q := queueOf(p.keys[0])
+		if n == 1 && q.Load() < hotQueue {
+			return cfg.Unlocked(ctx)
+		}
+		q.Add(1)
+		defer q.Add(-1)
 		return r.attempt(ctx, n)
 	})
+}
+
+// errUnlockedOption is the refusal of an option that makes no sense when
+// the first attempt is unlocked (txlock.DoOptimistic).
+func errUnlockedOption(name, why string) error {
+	return errs.New(sqlock.ErrInvalidOption, "txlock: DoOptimistic: %s %s", name, why)
+}
+
+// checkUnlocked refuses the options an unlocked first attempt cannot
+// honour: with no retry there is no locked attempt, a shared lock does not
+// exclude the other retriers, and a try-once lock would give up where the
+// point is to queue.
+func (c *Config) checkUnlocked() error {
+	switch {
+	case c.Unlocked == nil:
+		return nil
+	case c.NoRetry:
+		return errUnlockedOption("WithoutRetry", "leaves no attempt to take the lock")
+	case c.Shared:
+		return errUnlockedOption("Shared", "does not keep the retrying writers apart")
+	case c.TryOnce:
+		return errUnlockedOption("TryOnce", "gives up where the retries should queue for the lock")
+	}
+	return nil
 }
 
 // runner is one call of Run: what every attempt shares.

@@ -1,0 +1,63 @@
+package txlock
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/lockedtx"
+)
+
+// Querier is the handle DoOptimistic's fn runs its statements on: the
+// *sql.DB (or *sql.Conn) itself on the lock-free first attempt, the locked
+// *sql.Tx on every attempt after a conflict. versioned's writes take it as
+// their versioned.DB.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// DoOptimistic is optimistic locking that queues when a key turns hot. fn's
+// first attempt runs on db with no transaction and no lock, as under
+// retry.Do; after a conflict — a stale versioned write, 40001 or 40P01 —
+// every further attempt runs fn in a transaction holding key's advisory
+// lock (the transaction Do would run, the lock travelling with BEGIN on
+// OpenDB), so that under contention the retries wait their turn in
+// PostgreSQL's lock queue instead of colliding again. There is no backoff
+// between attempts: the queue is the wait ([WithRetry] can set one). While
+// 16 or more of the process's DoOptimistic attempts on key wait for its
+// lock or hold it, a new call's first attempt is a locked one too, rather
+// than barging past them (see docs/txlock.md).
+//
+// fn must re-read what it depends on, on q, at every attempt, and guard its
+// writes (a versioned write); the lock is held for one attempt's
+// transaction only, and keeps apart only the writers that take it. On the
+// first attempt q is db, so statements fn runs there commit one by one.
+// Attempts are counted as in Do (5 in all by default); the options are
+// Do's, except that WithoutRetry, Shared and TryOnce are refused with an
+// error matching sqlock.ErrInvalidOption, and bad input is refused as Do
+// refuses it, before fn runs.
+func DoOptimistic[H interface {
+	DB
+	Querier
+}](ctx context.Context, db H, key advisory.Key, fn func(ctx context.Context, q Querier) error, opts ...Option) error {
+	if lockedtx.IsNil(db) {
+		return lockedtx.ErrNilDB
+	}
+	if fn == nil {
+		return lockedtx.ErrNilFunc
+	}
+	if err := otherEngine(db); err != nil {
+		return err
+	}
+	unlocked := func(c *lockedtx.Config) { c.Unlocked = func(ctx context.Context) error { return fn(ctx, db) } }
+	begin := lockedtx.SQLBegin(db)
+	return lockedtx.Run(ctx, db, key, func(ctx context.Context, a *lockedtx.Attempt) (Querier, lockedtx.Tx, bool, error) {
+		tx, t, folded, err := begin(ctx, a)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		return tx, t, folded, nil
+	}, fn, append(opts[:len(opts):len(opts)], unlocked))
+}
