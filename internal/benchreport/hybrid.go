@@ -109,4 +109,3 @@ func med(v []float64) float64 {
 	}
 	return s[len(s)/2]
 }
-
