@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/errs"
 	"github.com/sqlock/sqlock/internal/lockedtx"
 )
 
@@ -18,6 +20,31 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// HotKeys is what the DoOptimistic calls sharing it know of each key's
+// queue: how many of their locked attempts wait for the key's lock or hold
+// it. Make one per handle (a field beside the *sql.DB) and pass it to
+// every DoOptimistic call on that handle with [WithHotKeys]. The zero value
+// is ready; it is 1 KiB, however many keys, and is safe for concurrent use.
+// It must not be copied after first use.
+type HotKeys struct{ h lockedtx.HotKeys }
+
+// WithHotKeys makes DoOptimistic count its locked attempts in h and, while
+// 16 or more of the attempts sharing h queue on the key, start a new call
+// with a locked attempt instead of a lock-free one. Lock-free first
+// attempts that barge past a queue win at the cost of the holder they
+// overtook, which then reads a stale row and queues again: the tail this
+// option removes. A nil h, or WithHotKeys on any call but DoOptimistic, is
+// refused with an error matching sqlock.ErrInvalidOption.
+func WithHotKeys(h *HotKeys) Option {
+	return func(c *lockedtx.Config) {
+		if h == nil {
+			c.Fail(errs.New(sqlock.ErrInvalidOption, "txlock: WithHotKeys: nil *HotKeys"))
+			return
+		}
+		c.Hot = &h.h
+	}
+}
+
 // DoOptimistic is optimistic locking that queues when a key turns hot. fn's
 // first attempt runs on db with no transaction and no lock, as under
 // retry.Do; after a conflict — a stale versioned write, 40001 or 40P01 —
@@ -25,10 +52,11 @@ type Querier interface {
 // lock (the transaction Do would run, the lock travelling with BEGIN on
 // OpenDB), so that under contention the retries wait their turn in
 // PostgreSQL's lock queue instead of colliding again. There is no backoff
-// between attempts: the queue is the wait ([WithRetry] can set one). While
-// 16 or more of the process's DoOptimistic attempts on key wait for its
-// lock or hold it, a new call's first attempt is a locked one too, rather
-// than barging past them (see docs/txlock.md).
+// between attempts: the queue is the wait ([WithRetry] can set one). With
+// [WithHotKeys], while 16 or more of the attempts on key of the calls
+// sharing the [HotKeys] wait for its lock or hold it, a new call's first
+// attempt is a locked one too, rather than barging past them (see
+// docs/txlock.md).
 //
 // fn must re-read what it depends on, on q, at every attempt, and guard its
 // writes (a versioned write); the lock is held for one attempt's

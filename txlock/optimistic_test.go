@@ -371,13 +371,14 @@ func waitForWaiters(t *testing.T, admin *pgxpool.Pool, key advisory.Key, want in
 	}
 }
 
-// While a key's lock has a queue of 16 of this process's callers, a new
+// While a key's lock has a queue of 16 callers sharing a HotKeys, a new
 // call's first attempt takes the lock at once instead of barging past them
 // unlocked: with the lock held elsewhere and 16 conflicted calls queued for
 // it, a 17th call queues too before fn has run at all (pg_locks shows 17
 // waiters), then runs fn once, in the locked transaction. With 15 queued, a
-// new call's first attempt is lock-free. Once the queue has drained, calls
-// are lock-free again.
+// new call's first attempt is lock-free, and so is, with 16 queued, the
+// first attempt of a call without WithHotKeys. Once the queue has drained,
+// calls are lock-free again.
 func TestDoOptimisticQueuesNewCallsWhileKeyIsHot(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
@@ -388,14 +389,15 @@ func TestDoOptimisticQueuesNewCallsWhileKeyIsHot(t *testing.T) {
 	h.SetMaxOpenConns(40)
 	ctx := context.Background()
 	key := advisory.KeyOf("optimistic:hot")
+	var hot txlock.HotKeys
 	type attempt struct{ tx bool }
 	// probe is a call whose every attempt is recorded.
-	probe := func(attempts *[]attempt, cnt *lockCounter) error {
+	probe := func(attempts *[]attempt, cnt *lockCounter, opts ...txlock.Option) error {
 		return txlock.DoOptimistic(ctx, h, key, func(ctx context.Context, q txlock.Querier) error {
 			_, tx := q.(*sql.Tx)
 			*attempts = append(*attempts, attempt{tx})
 			return incrementVersioned(ctx, q, 1)
-		}, txlock.WithObserver(cnt))
+		}, append(opts, txlock.WithObserver(cnt))...)
 	}
 	staleFirst := func() func(context.Context, txlock.Querier) error {
 		first := true
@@ -410,12 +412,12 @@ func TestDoOptimisticQueuesNewCallsWhileKeyIsHot(t *testing.T) {
 	holder := holdLocks(t, db, false, key)
 	done := make(chan error, 32)
 	for i := range 16 {
-		go func() { done <- txlock.DoOptimistic(ctx, h, key, staleFirst()) }()
+		go func() { done <- txlock.DoOptimistic(ctx, h, key, staleFirst(), txlock.WithHotKeys(&hot)) }()
 		waitForWaiters(t, admin, key, i+1)
 		if i == 14 { // 15 queued: not hot yet
 			var at []attempt
 			var cnt lockCounter
-			if err := probe(&at, &cnt); err != nil {
+			if err := probe(&at, &cnt, txlock.WithHotKeys(&hot)); err != nil {
 				t.Fatal(err)
 			}
 			if len(at) != 1 || at[0].tx || cnt.acquired.Load() != 0 {
@@ -425,7 +427,14 @@ func TestDoOptimisticQueuesNewCallsWhileKeyIsHot(t *testing.T) {
 	}
 	var at []attempt
 	var cnt lockCounter
-	go func() { done <- probe(&at, &cnt) }()
+	if err := probe(&at, &cnt); err != nil { // no WithHotKeys: the queue is not seen
+		t.Fatal(err)
+	}
+	if len(at) != 1 || at[0].tx || cnt.acquired.Load() != 0 {
+		t.Fatalf("16 queued, a call without WithHotKeys: attempts %+v, %d acquisitions; want one lock-free attempt", at, cnt.acquired.Load())
+	}
+	at, cnt = nil, lockCounter{}
+	go func() { done <- probe(&at, &cnt, txlock.WithHotKeys(&hot)) }()
 	waitForWaiters(t, admin, key, 17)
 	holder.release()
 	for range 17 {
@@ -437,14 +446,14 @@ func TestDoOptimisticQueuesNewCallsWhileKeyIsHot(t *testing.T) {
 		t.Fatalf("16 queued: attempts %+v, %d acquisitions, %d retries; want one attempt, locked at once", at, cnt.acquired.Load(), cnt.retries.Load())
 	}
 	at, cnt = nil, lockCounter{}
-	if err := probe(&at, &cnt); err != nil {
+	if err := probe(&at, &cnt, txlock.WithHotKeys(&hot)); err != nil {
 		t.Fatal(err)
 	}
 	if len(at) != 1 || at[0].tx || cnt.acquired.Load() != 0 {
 		t.Fatalf("queue drained: attempts %+v, %d acquisitions; want one lock-free attempt", at, cnt.acquired.Load())
 	}
-	if n := vcount(t, db.SQL(), 1); n != 19 {
-		t.Fatalf("row = %d, want 19", n)
+	if n := vcount(t, db.SQL(), 1); n != 20 {
+		t.Fatalf("row = %d, want 20", n)
 	}
 }
 
@@ -472,6 +481,9 @@ func TestDoOptimisticBadInput(t *testing.T) {
 		{"WithoutRetry", txlock.DoOptimistic(ctx, h, key, fn, txlock.WithoutRetry()), sqlock.ErrInvalidOption},
 		{"Shared", txlock.DoOptimistic(ctx, h, key, fn, txlock.Shared()), sqlock.ErrInvalidOption},
 		{"TryOnce", txlock.DoOptimistic(ctx, h, key, fn, txlock.TryOnce()), sqlock.ErrInvalidOption},
+		{"nil HotKeys", txlock.DoOptimistic(ctx, h, key, fn, txlock.WithHotKeys(nil)), sqlock.ErrInvalidOption},
+		{"WithHotKeys on Do", txlock.Do(ctx, h, key, func(context.Context, *sql.Tx) error { ran = true; return nil },
+			txlock.WithHotKeys(new(txlock.HotKeys))), sqlock.ErrInvalidOption},
 		{"bad retry option", txlock.DoOptimistic(ctx, h, key, fn, txlock.WithRetry(retry.WithMaxAttempts(0))), sqlock.ErrInvalidOption},
 	} {
 		if !errors.Is(tc.err, tc.want) || ran {

@@ -161,8 +161,9 @@ func Run(ctx context.Context, dsn string, mode Mode, workers, perWorker int) (Re
 			}, txlock.WithTimeout(time.Minute))
 		}
 	case Hybrid:
+		var hot txlock.HotKeys // the run's workers share one handle, and so its HotKeys
 		opts := []txlock.Option{txlock.WithTimeout(time.Minute), txlock.WithObserver(retries),
-			txlock.WithRetry(retry.WithMaxAttempts(10_000))}
+			txlock.WithRetry(retry.WithMaxAttempts(10_000)), txlock.WithHotKeys(&hot)}
 		increment = func(ctx context.Context) error {
 			return txlock.DoOptimistic(ctx, folding, key, func(ctx context.Context, q txlock.Querier) error {
 				var n, v int64

@@ -40,6 +40,9 @@ type Config struct {
 	// transaction and no lock, and only the attempts after a conflict it
 	// returns take the locks (txlock.DoOptimistic).
 	Unlocked func(context.Context) error
+	// Hot, if set (with Unlocked), makes a new call's first attempt a
+	// locked one while the key is hot among the calls sharing it.
+	Hot *HotKeys
 }
 
 // Fail records the first invalid option.

@@ -93,7 +93,13 @@ func Run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key,
 		if cfg.Unlocked == nil {
 			return r.attempt(ctx, n)
 		}
-		q := queueOf(p.keys[0])
+		if cfg.Hot == nil {
+			if n == 1 {
+				return cfg.Unlocked(ctx)
+			}
+			return r.attempt(ctx, n)
+		}
+		q := cfg.Hot.queueOf(p.keys[0])
 		if n == 1 && q.Load() < hotQueue {
 			return cfg.Unlocked(ctx)
 		}
@@ -115,6 +121,8 @@ func errUnlockedOption(name, why string) error {
 // point is to queue.
 func (c *Config) checkUnlocked() error {
 	switch {
+	case c.Unlocked == nil && c.Hot != nil:
+		return errs.New(sqlock.ErrInvalidOption, "txlock: WithHotKeys: only DoOptimistic's first attempts can queue when a key is hot")
 	case c.Unlocked == nil:
 		return nil
 	case c.NoRetry:
