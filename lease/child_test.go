@@ -89,27 +89,28 @@ func exclusionChild() int {
 		if err != nil {
 			return exclusiontest.Outcome{Err: err}
 		}
-		err = exclusiontest.Section(
+		o := exclusiontest.FencedSection(
 			func() (int64, error) { return guarded(ctx, db, pool, l, exclusiontest.EnterFenced, me, l.Token(), k) },
-			func() (int64, error) { return plain(ctx, db, pool, exclusiontest.Leave, k, me) },
-			time.Millisecond)
-		if errors.Is(err, lease.ErrLost) {
+			func() (int64, error) { return plain(ctx, db, pool, exclusiontest.LeaveFenced, k, me, l.Token()) },
+			time.Millisecond, l.Deadline)
+		if err := o.Err; errors.Is(err, lease.ErrLost) {
 			// Lost under load before the section could enter (no renewal
 			// confirmed in time on a starved machine) — and reported: the
 			// guard refused, nothing was written. Only an overlap or an
 			// unreported loss breaks the promise. The section runs again.
-			o := exclusiontest.Outcome{Lost: true, Redo: true}
+			o = exclusiontest.Outcome{Lost: true, Redo: true}
 			if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
 				o.Err = rerr
 			}
 			return o
 		}
-		var o exclusiontest.Outcome
+		err = o.Err
 		rerr := l.Release(ctx)
 		if errors.Is(rerr, lease.ErrNotHeld) && !time.Now().Before(l.Deadline()) {
 			// Lost under load (a renewal queued too long) — and reported:
 			// the server let go no earlier than the local deadline. The
-			// section itself was guarded and checked.
+			// section itself was guarded and checked (or fenced out, and
+			// runs again).
 			o.Lost = true
 			rerr = nil
 		}

@@ -85,15 +85,25 @@ func exclusionChild() int {
 		if err != nil {
 			return exclusiontest.Outcome{Err: err}
 		}
-		err = exclusiontest.Section(func() (int64, error) {
-			if f, ok := l.(sqlock.Fenced); ok {
-				return exec(exclusiontest.EnterFenced, me, f.Token(), k)
-			}
-			return exec(exclusiontest.Enter, me, k)
-		}, func() (int64, error) { return exec(exclusiontest.Leave, k, me) }, 500*time.Microsecond)
+		const work = 500 * time.Microsecond
+		var o exclusiontest.Outcome
+		if f, ok := l.(interface {
+			sqlock.Fenced
+			Deadline() time.Time
+		}); ok {
+			o = exclusiontest.FencedSection(
+				func() (int64, error) { return exec(exclusiontest.EnterFenced, me, f.Token(), k) },
+				func() (int64, error) { return exec(exclusiontest.LeaveFenced, k, me, f.Token()) },
+				work, f.Deadline)
+		} else {
+			o.Err = exclusiontest.Section(
+				func() (int64, error) { return exec(exclusiontest.Enter, me, k) },
+				func() (int64, error) { return exec(exclusiontest.Leave, k, me) }, work)
+		}
+		err = o.Err
 		// Lost under load — and reported. Only an overlap or an unreported
 		// loss breaks the promise.
-		o := exclusiontest.Outcome{Err: err, Lost: l.Err() != nil}
+		o.Lost = o.Lost || l.Err() != nil
 		rerr := l.Release(ctx)
 		if errors.Is(rerr, redislock.ErrNotHeld) && l.Err() != nil {
 			rerr = nil

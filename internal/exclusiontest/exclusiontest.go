@@ -5,11 +5,17 @@
 // checks that no two sections of a name overlap.
 //
 // A section enters by marking its name's row in the table excl as held by
-// itself, only if no one holds it (and, for a fenced lock, only if the row's
-// last token is smaller than its own), and leaves by clearing the mark, only
-// if it is still its own, and counting itself. An overlap, or a token not
-// greater than an earlier holder's, makes an enter or a leave match no row:
-// [ErrOverlap].
+// itself, only if no one holds it, and leaves by clearing the mark, only if
+// it is still its own, and counting itself: an overlap makes an enter or a
+// leave match no row, [ErrOverlap].
+//
+// A fenced lock's section ([FencedSection]) enters only if the row's last
+// token is smaller than its own, taking the row over from a holder that
+// outlived its lock, and leaves only if the row still has its mark and its
+// token. A refusal is what fencing promises when the section's own lock had
+// expired by then (its Deadline passed): the holder was fenced out and
+// knows it, and the section runs again. Before the deadline, it is an
+// overlap: someone else entered while the lock was trusted.
 //
 // The parent side is [Run]; the worker side is [Child], with the lock's
 // own acquire–section–release as its argument.
@@ -35,9 +41,13 @@ import (
 // The statements of a section: $1 the section's id, $2 its token, $3 (and
 // in Leave $1) the row's key.
 const (
-	// EnterFenced marks the row held, only if no one holds it and its last
-	// token is smaller than the section's.
-	EnterFenced = `UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND holder IS NULL AND last_token < $2`
+	// EnterFenced marks the row held, only if its last token is smaller
+	// than the section's.
+	EnterFenced = `UPDATE excl SET holder = $1, last_token = $2 WHERE k = $3 AND last_token < $2`
+	// LeaveFenced clears the mark, only if the row still has the section's
+	// mark and token, and counts the section ($1 the key, $2 the section's
+	// id, $3 its token).
+	LeaveFenced = `UPDATE excl SET holder = NULL, n = n + 1 WHERE k = $1 AND holder = $2 AND last_token = $3`
 	// Enter marks the row held, only if no one holds it ($1 the section's
 	// id, $2 the key).
 	Enter = `UPDATE excl SET holder = $1 WHERE k = $2 AND holder IS NULL`
@@ -201,6 +211,18 @@ func Section(enter, leave func() (rows int64, err error), work time.Duration) er
 		err = one(leave())
 	}
 	return err
+}
+
+// FencedSection is Section for a lock with a fencing token (EnterFenced,
+// LeaveFenced): a refused enter or leave is fencing at work, not an
+// overlap, when it comes after the lock's local deadline (deadline reads
+// it; renewals move it) — Outcome{Lost: true, Redo: true}.
+func FencedSection(enter, leave func() (rows int64, err error), work time.Duration, deadline func() time.Time) Outcome {
+	err := Section(enter, leave, work)
+	if errors.Is(err, ErrOverlap) && !time.Now().Before(deadline()) {
+		return Outcome{Lost: true, Redo: true}
+	}
+	return Outcome{Err: err}
 }
 
 func one(rows int64, err error) error {
