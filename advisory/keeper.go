@@ -13,6 +13,66 @@ type checked interface {
 	checkIfDue(now time.Time)
 }
 
+// schedule is one checked thing's side of the keepalive: when its next
+// check is due, whether one runs, and whether checks have stopped. Its
+// methods are safe for concurrent use.
+type schedule struct {
+	mu       sync.Mutex
+	next     time.Time // when the next check is due
+	checking bool      // a check runs
+	stopped  bool      // no more checks (released, lost or retired)
+	running  sync.WaitGroup
+}
+
+// setNext makes the next check due at t.
+func (s *schedule) setNext(t time.Time) {
+	s.mu.Lock()
+	s.next = t
+	s.mu.Unlock()
+}
+
+// begin reports whether a check is due at now and none runs; if so the
+// check counts as running until end.
+func (s *schedule) begin(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.checking || now.Before(s.next) {
+		return false
+	}
+	s.checking = true
+	s.running.Add(1)
+	return true
+}
+
+// end ends a check begun by begin; the next is due at next (zero: as it
+// was, a skipped check, tried again at the next tick).
+func (s *schedule) end(next time.Time) {
+	s.mu.Lock()
+	s.checking = false
+	if !next.IsZero() {
+		s.next = next
+	}
+	s.mu.Unlock()
+	s.running.Done()
+}
+
+// stop ends the checks: none begins after it.
+func (s *schedule) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+}
+
+// isStopped reports whether stop was called.
+func (s *schedule) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+// wait waits for a running check to end.
+func (s *schedule) wait() { s.running.Wait() }
+
 // keeper schedules the keepalive checks of a Locker's held locks from one
 // timer, so that holding a lock costs no timer of its own: taking and
 // releasing one is a map insert and delete. The timer ticks every quarter

@@ -25,14 +25,10 @@ type Lock struct {
 	// Release once it has stopped the checks and waited for a running one (a
 	// pinned connection is not safe for concurrent use). nil once
 	// destroyed.
-	sess     session
-	mc       *muxConn       // its shared connection (WithMultiplexing), whose check stands for the lock's; then sess is nil
-	pid      int32          // backend pid seen by the first check; the checks' own
-	checks   sync.WaitGroup // a running check
-	kmu      sync.Mutex     // guards the three below
-	next     time.Time      // when the next check is due
-	checking bool           // a check runs
-	stopped  bool           // Release has begun, or the lock is lost: no more checks
+	sess  session
+	mc    *muxConn // its shared connection (WithMultiplexing), whose check stands for the lock's; then sess is nil
+	pid   int32    // backend pid seen by the first check; the checks' own
+	sched schedule // its keepalive checks; stopped when Release begins or the lock is lost
 
 	args []any // the key's bind parameters
 
@@ -65,31 +61,24 @@ func (lk *Lock) lostContext() context.Context {
 
 // start hands the lock to its Locker's keeper for keepalive checks.
 func (lk *Lock) start() {
-	lk.next = lk.acquired.Add(lk.l.cfg.keepalive) // before the keeper can see lk
+	lk.sched.setNext(lk.acquired.Add(lk.l.cfg.keepalive)) // before the keeper can see lk
 	lk.l.keeper.add(lk)
 }
 
 // checkIfDue starts a check if one is due and none runs (called by the
 // keeper's tick).
 func (lk *Lock) checkIfDue(now time.Time) {
-	lk.kmu.Lock()
-	defer lk.kmu.Unlock()
-	if lk.stopped || lk.checking || now.Before(lk.next) {
-		return
+	if lk.sched.begin(now) {
+		go lk.check()
 	}
-	lk.checking = true
-	lk.checks.Add(1)
-	go lk.check()
 }
 
 // stopChecks ends the keepalive and waits for a check in progress, after
 // which the caller alone uses the connection.
 func (lk *Lock) stopChecks() {
-	lk.kmu.Lock()
-	lk.stopped = true
-	lk.kmu.Unlock()
+	lk.sched.stop()
 	lk.l.keeper.remove(lk)
-	lk.checks.Wait()
+	lk.sched.wait()
 }
 
 // Key is the lock's key.
@@ -164,7 +153,8 @@ func pingTimeout(interval time.Duration) time.Duration {
 // reported by the next check, within 1¼ intervals; one that stops
 // answering, when a check has had no answer for pingTimeout.
 func (lk *Lock) check() {
-	defer lk.checks.Done()
+	var next time.Time // when the next check is due; zero: none (the lock is lost)
+	defer func() { lk.sched.end(next) }()
 	interval := lk.l.cfg.keepalive
 	var pid int32
 	sent := time.Now()
@@ -178,18 +168,13 @@ func (lk *Lock) check() {
 	if err != nil {
 		lk.sess.destroy()
 		lk.sess = nil
-		lk.kmu.Lock()
-		lk.stopped, lk.checking = true, false
-		lk.kmu.Unlock()
+		lk.sched.stop()
 		lk.l.keeper.remove(lk)
 		lk.markLost(err)
 		return
 	}
 	lk.pid = pid
-	lk.kmu.Lock()
-	lk.checking = false
-	lk.next = time.Now().Add(interval)
-	lk.kmu.Unlock()
+	next = time.Now().Add(interval)
 }
 
 // Release gives the lock up and returns its connection to the pool, or, if

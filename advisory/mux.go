@@ -72,12 +72,7 @@ type muxConn struct {
 	cause  error // why it died
 	broken bool  // a check failed after it was retired: destroy, don't pool
 
-	// keepalive: one check for every lock on the connection
-	kmu      sync.Mutex
-	next     time.Time
-	checking bool
-	stopped  bool
-	checks   sync.WaitGroup
+	sched schedule // the keepalive: one check for every lock on the connection
 }
 
 func newMux(l *Locker, max int) *mux { return &mux{l: l, max: max} }
@@ -345,9 +340,7 @@ func (c *muxConn) fail(cause error) {
 	locks := c.locks
 	c.locks = nil
 	m.mu.Unlock()
-	c.kmu.Lock()
-	c.stopped = true
-	c.kmu.Unlock()
+	c.sched.stop()
 	m.l.keeper.remove(c)
 	c.sess.destroy()
 	m.l.cfg.log.Warn("advisory: shared connection lost", "locks", len(locks), "error", cause)
@@ -358,11 +351,9 @@ func (c *muxConn) fail(cause error) {
 
 // retire returns c, which holds no lock, to the pool once no check runs.
 func (c *muxConn) retire() {
-	c.kmu.Lock()
-	c.stopped = true
-	c.kmu.Unlock()
+	c.sched.stop()
 	c.m.l.keeper.remove(c)
-	c.checks.Wait()
+	c.sched.wait()
 	c.m.mu.Lock()
 	broken := c.broken
 	c.m.mu.Unlock()
@@ -374,41 +365,29 @@ func (c *muxConn) retire() {
 }
 
 func (c *muxConn) startChecks() {
-	c.kmu.Lock()
-	c.next = time.Now().Add(c.m.l.cfg.keepalive)
-	c.kmu.Unlock()
+	c.sched.setNext(time.Now().Add(c.m.l.cfg.keepalive))
 	c.m.l.keeper.add(c)
 }
 
 func (c *muxConn) checkIfDue(now time.Time) {
-	c.kmu.Lock()
-	defer c.kmu.Unlock()
-	if c.stopped || c.checking || now.Before(c.next) {
-		return
+	if c.sched.begin(now) {
+		go c.check()
 	}
-	c.checking = true
-	c.checks.Add(1)
-	go c.check()
 }
 
 // check is the keepalive check of a shared connection, as Lock.check is of
 // a connection of its own. When a statement is on the wire it skips (that
 // statement's bound watches the connection) and the next tick tries again.
 func (c *muxConn) check() {
-	defer c.checks.Done()
+	var next time.Time // when the next check is due; zero: as it was (skipped) or none (stopped)
+	defer func() { c.sched.end(next) }()
 	select {
 	case c.sem <- struct{}{}:
 	default:
-		c.kmu.Lock()
-		c.checking = false
-		c.kmu.Unlock()
 		return
 	}
 	defer func() { <-c.sem }()
-	c.kmu.Lock()
-	stopped := c.stopped
-	c.kmu.Unlock()
-	if stopped {
+	if c.sched.isStopped() {
 		return
 	}
 	l := c.m.l
@@ -426,8 +405,5 @@ func (c *muxConn) check() {
 		return
 	}
 	c.pid = pid
-	c.kmu.Lock()
-	c.checking = false
-	c.next = time.Now().Add(l.cfg.keepalive)
-	c.kmu.Unlock()
+	next = time.Now().Add(l.cfg.keepalive)
 }

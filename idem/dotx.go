@@ -81,11 +81,7 @@ func DoTx[T, Tx any, DB interface {
 		return zero, err
 	}
 	if cl.replay {
-		var v T
-		if err := c.codec.Unmarshal(cl.result, &v); err != nil {
-			return zero, fmt.Errorf("idem: decoding the stored result: %w", err)
-		}
-		return v, nil
+		return decode[T](c.codec, cl.result)
 	}
 	v, err := fn(ctx, o.tx.(Tx))
 	if err != nil {

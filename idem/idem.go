@@ -106,11 +106,7 @@ func Do[T any](ctx context.Context, tx any, scope, key string, fingerprint []byt
 		return zero, err
 	}
 	if cl.replay {
-		var v T
-		if err := c.codec.Unmarshal(cl.result, &v); err != nil {
-			return zero, fmt.Errorf("idem: decoding the stored result: %w", err)
-		}
-		return v, nil
+		return decode[T](c.codec, cl.result)
 	}
 	v, err := run(ctx, conn, fn)
 	if err != nil {
@@ -256,4 +252,14 @@ func fpOrEmpty(fp []byte) []byte {
 		return []byte{}
 	}
 	return fp
+}
+
+// decode is a replay's result: the stored bytes read by codec.
+func decode[T any](codec Codec, b []byte) (T, error) {
+	var v T
+	if err := codec.Unmarshal(b, &v); err != nil {
+		var zero T // not what a failed decoding left half-filled
+		return zero, fmt.Errorf("idem: decoding the stored result: %w", err)
+	}
+	return v, nil
 }

@@ -70,13 +70,7 @@ func DoOptimistic[H interface {
 	DB
 	Querier
 }](ctx context.Context, db H, key advisory.Key, fn func(ctx context.Context, q Querier) error, opts ...Option) error {
-	if lockedtx.IsNil(db) {
-		return lockedtx.ErrNilDB
-	}
-	if fn == nil {
-		return lockedtx.ErrNilFunc
-	}
-	if err := otherEngine(db); err != nil {
+	if err := refuseSQLCall(db, fn == nil); err != nil {
 		return err
 	}
 	unlocked := func(c *lockedtx.Config) { c.Unlocked = func(ctx context.Context) error { return fn(ctx, db) } }

@@ -33,13 +33,7 @@ type DB interface {
 // refused with an error matching [sqlock.ErrUnsupported] before anything is
 // sent: advisory locks are PostgreSQL's.
 func Do(ctx context.Context, db DB, key advisory.Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
-	if lockedtx.IsNil(db) {
-		return lockedtx.ErrNilDB
-	}
-	if fn == nil {
-		return lockedtx.ErrNilFunc
-	}
-	if err := otherEngine(db); err != nil {
+	if err := refuseSQLCall(db, fn == nil); err != nil {
 		return err
 	}
 	return lockedtx.Run(ctx, db, key, lockedtx.SQLBegin(db), fn, opts)
@@ -62,3 +56,16 @@ func OpenDB(config pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
 // of any other driver are passed through unchanged; Do still works on them,
 // with the lock as a statement of its own.
 func WrapConnector(c driver.Connector) driver.Connector { return lockedtx.WrapConnector(c) }
+
+// refuseSQLCall is the refusal, before anything is sent, of a database/sql
+// call (Do, DoOptimistic) on a nil handle, with a nil fn, or on another
+// engine's driver.
+func refuseSQLCall(db DB, nilFn bool) error {
+	switch {
+	case lockedtx.IsNil(db):
+		return lockedtx.ErrNilDB
+	case nilFn:
+		return lockedtx.ErrNilFunc
+	}
+	return otherEngine(db)
+}
