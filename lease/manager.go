@@ -125,6 +125,12 @@ func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duratio
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.timeout)
 	defer cancel()
+	if m.ttlTooShort(ttl) != nil {
+		m.remeasure(ctx)
+		if err := m.ttlTooShort(ttl); err != nil {
+			return nil, &Error{Op: op, Name: name, Err: ErrInvalid, Cause: err}
+		}
+	}
 	owner := newOwner()
 	var sub *subscription
 	defer func() { sub.close() }()
@@ -266,10 +272,29 @@ func (m *Manager) check(name string, ttl time.Duration) error {
 	case ttl < MinTTL:
 		return fmt.Errorf("TTL %v is shorter than %v", ttl, MinTTL)
 	}
+	return nil
+}
+
+// ttlTooShort refuses a TTL shorter than ttlRoundTrips of the fastest
+// round trip measured, once rttSamples were.
+func (m *Manager) ttlTooShort(ttl time.Duration) error {
 	if rtt := time.Duration(m.rtt.Load()); m.rttN.Load() >= rttSamples && ttl < ttlRoundTrips*rtt {
 		return fmt.Errorf("TTL %v is shorter than %d round trips (at least %v each, measured)", ttl, ttlRoundTrips, rtt)
 	}
 	return nil
+}
+
+// remeasure times one round trip (SELECT 1) and keeps it if it is the
+// fastest. Before refusing a TTL by the round trips measured so far, the
+// Manager measures once more: a refused acquisition sends nothing, so a
+// Manager whose first round trips all came during a load spike would
+// otherwise refuse that TTL for ever.
+func (m *Manager) remeasure(ctx context.Context) {
+	sent := time.Now()
+	var one int
+	if m.b.queryRow(ctx, "SELECT 1", nil, &one) == nil {
+		m.observeRTT(time.Since(sent))
+	}
 }
 
 // newOwner returns a random 128-bit owner id in UUID text form.
