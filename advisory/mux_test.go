@@ -517,9 +517,10 @@ func TestMultiplexedLocksMatchModel(t *testing.T) {
 			if n := advisoryLocks(rt, conn); n != 0 {
 				rt.Errorf("%d advisory locks left after releasing every lock", n)
 			}
-			if n := inUse(); n != 0 {
-				rt.Errorf("%d connections out of the pool after releasing every lock", n)
-			}
+			// A connection a kill broke is destroyed, and pgxpool (puddle)
+			// destroys in a goroutine of its own: it counts as acquired until
+			// that goroutine has run, which a busy machine can delay.
+			waitUntil(rt, "every connection back in the pool", func() bool { return inUse() == 0 })
 		}()
 		rt.Repeat(map[string]func(*rapid.T){
 			"TryLock":  func(rt *rapid.T) { try(rt, false) },
