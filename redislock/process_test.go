@@ -30,9 +30,9 @@ func child(role string, env ...string) *exec.Cmd {
 // acquisitions on 4 lock names with random hold times, on one server (N =
 // 320, TTL 500 ms, fenced: each holder's token must exceed the one before
 // it, and a holder starved past its deadline is fenced out, not counted as
-// an overlap) and on Redlock over 5 servers (N = 160, TTL 3 s); PostgreSQL
-// checks that no two sections of a name overlap. REDIS_EXCLUSION_N
-// overrides N.
+// an overlap) and on Redlock over 5 servers (N = 320, TTL 3 s): 10,240
+// acquisitions each; PostgreSQL checks that no two sections of a name
+// overlap. REDIS_EXCLUSION_N overrides N.
 func TestExclusionAcrossProcesses(t *testing.T) {
 	leakCheck(t)
 	for _, c := range []struct {
@@ -42,15 +42,13 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 		ttl     string
 	}{
 		{"single", 1, 320, "500ms"},
-		// Redlock polls 5 servers per attempt: half the sections keep the
-		// package's tests within a minute on a busy 2-core machine;
-		// REDIS_EXCLUSION_N=320 runs 10,240 here too. Redlock has no
-		// fencing token: a holder starved past its TTL would overlap the
-		// next one, which is the algorithm's stated limit, not what this test checks (the faults are
-		// TestRedlockRestartWithoutPersistenceAdmitsASecondHolder's).
-		// A 3 s TTL puts a busy machine's scheduling stalls well inside it;
+		// Redlock has no fencing token: a holder starved past its TTL
+		// would overlap the next one, which is the algorithm's stated
+		// limit, not what this test checks (the faults are
+		// TestRedlockRestartWithoutPersistenceAdmitsASecondHolder's). A
+		// 3 s TTL puts a busy machine's scheduling stalls well inside it;
 		// the watchdog renews at TTL/3.
-		{"redlock-5", 5, 160, "3s"},
+		{"redlock-5", 5, 320, "3s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			servers := redistest.NewN(t, c.servers, redistest.Options{})
