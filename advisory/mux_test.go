@@ -169,14 +169,8 @@ func TestMultiplexedTenThousandLocksOnFewConnections(t *testing.T) {
 		if err, _ := failed.Load().(error); err != nil {
 			t.Fatal(err)
 		}
-		// Every unlock was confirmed: nothing is left, at once, and no
-		// connection stays out of the pool.
-		if n := advisoryLocks(t, conn); n != 0 {
-			t.Fatalf("%d advisory locks left after releasing every lock", n)
-		}
-		if n := inUse(); n != 0 {
-			t.Fatalf("%d connections still out of the pool after releasing every lock", n)
-		}
+		// Every unlock was confirmed: nothing is left, at once.
+		nothingLeft(t, conn, inUse)
 	})
 }
 
@@ -270,12 +264,7 @@ func TestMultiplexedTryLockNeverGrantsAKeyTwiceInOneProcess(t *testing.T) {
 		for _, lk := range append(readers, others...) {
 			mustRelease(t, lk)
 		}
-		if n := advisoryLocks(t, conn); n != 0 {
-			t.Fatalf("%d advisory locks left", n)
-		}
-		if n := inUse(); n != 0 {
-			t.Fatalf("%d connections out of the pool after every release", n)
-		}
+		nothingLeft(t, conn, inUse)
 	})
 }
 
@@ -378,12 +367,7 @@ func TestMultiplexedLossLosesOnlyThatConnectionsLocks(t *testing.T) {
 		for _, lk := range kept {
 			mustRelease(t, lk)
 		}
-		if n := advisoryLocks(t, conn); n != 0 {
-			t.Fatalf("%d advisory locks left", n)
-		}
-		if n := inUse(); n != 0 {
-			t.Fatalf("%d connections out of the pool after every release", n)
-		}
+		nothingLeft(t, conn, inUse)
 	})
 }
 
@@ -633,4 +617,17 @@ func TestMultiplexedLocksMatchModel(t *testing.T) {
 // can cause, rather than from a connection that failed.
 func starved(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || pgconn.Timeout(err)
+}
+
+// nothingLeft fails t unless, right after every lock was released (each
+// release confirmed), no advisory lock is left in the database and no
+// connection is out of the pool.
+func nothingLeft(t *testing.T, conn *pgx.Conn, inUse func() int) {
+	t.Helper()
+	if n := advisoryLocks(t, conn); n != 0 {
+		t.Fatalf("%d advisory locks left after releasing every lock", n)
+	}
+	if n := inUse(); n != 0 {
+		t.Fatalf("%d connections out of the pool after releasing every lock", n)
+	}
 }
