@@ -159,8 +159,8 @@ func BenchmarkDoInCallersTx(b *testing.B) {
 	})
 }
 
-// BenchmarkReplay: DoTx replaying a recorded key (BEGIN with the claim,
-// ROLLBACK) against a plain SELECT of the stored row (autocommit, one
+// BenchmarkReplay: DoTx replaying a recorded key (answered ahead of BEGIN,
+// one round trip) against a plain SELECT of the stored row (autocommit, one
 // round trip), interleaved on one connection.
 func BenchmarkReplay(b *testing.B) {
 	ctx := context.Background()

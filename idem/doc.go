@@ -17,7 +17,8 @@
 // pgx handle or a *sql.DB. Owning BEGIN and COMMIT, it sends the claim with
 // BEGIN and the result with COMMIT (on pgx, and on database/sql opened with
 // txlock.OpenDB): an idempotent transaction costs the round trips of the
-// same transaction without idem, and a failed store rolls the COMMIT back.
+// same transaction without idem, a replay costs one, and a failed store
+// rolls the COMMIT back.
 //
 // [Middleware] does the same for net/http after the IETF Idempotency-Key
 // draft: 400 without a key, 422 for a reused key, 409 (or a wait) while the

@@ -26,9 +26,12 @@ import (
 // trip of its own: the claim travels with BEGIN and the stored result
 // with COMMIT, as one batch each — on pgx, and on a *sql.DB opened with
 // txlock.OpenDB (or txlock.WrapConnector). An idempotent transaction then
-// costs the round trips of the same transaction without idem; a replay
-// costs two (BEGIN with the claim, ROLLBACK). On other database/sql
-// drivers the claim and the store are statements of their own, as in Do.
+// costs the round trips of the same transaction without idem. A replay
+// costs one: ahead of BEGIN, in the same batch, goes a read of the key's
+// recorded result that fails when it finds one, so that the server skips
+// BEGIN and no transaction is left to end. On other database/sql drivers
+// the claim and the store are statements of their own, as in Do, and a
+// replay costs three (BEGIN, claim, ROLLBACK).
 //
 // The result is stored in COMMIT's pipeline: if storing it fails, the
 // server skips the COMMIT and the transaction rolls back — the key and
@@ -62,27 +65,19 @@ func DoTx[T, Tx any, DB interface {
 		return zero, err
 	}
 	st := buildStatements(c.table)
-	row := new(claimRow)
-	o, err := open(ctx, insertClaimQueue(st, &c, k, row))
-	if err != nil {
-		return zero, wrapDB("begin", err)
-	}
-	if !o.folded {
-		row = nil // claim sends the one-statement claim
-	}
-	ended := false
-	defer func() {
-		if !ended { // a failure, a replay, or a panic in fn (re-raised)
-			_ = o.end(ctx, false, "")
-		}
-	}()
-	cl, err := claim(ctx, o.conn, st, &c, k, false, row)
+	o, cl, err := openClaimed(ctx, open, st, &c, k, false)
 	if err != nil {
 		return zero, err
 	}
 	if cl.replay {
 		return decode[T](c.codec, cl.result)
 	}
+	ended := false
+	defer func() {
+		if !ended { // an error or a panic in fn (re-raised)
+			_ = o.end(ctx, false, "")
+		}
+	}()
 	v, err := fn(ctx, o.tx.(Tx))
 	if err != nil {
 		return zero, err

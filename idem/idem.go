@@ -234,15 +234,21 @@ func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, 
 			}
 			continue
 		}
-		if k.fingerprint != nil && !bytes.Equal(r.fp, k.fingerprint) {
-			return claimed{}, ErrKeyReused
-		}
-		if r.noResult {
-			return claimed{}, errNoResult
-		}
-		return claimed{replay: true, result: r.result}, nil
+		return r.settle(k)
 	}
 	return claimed{}, fmt.Errorf("idem: claim of key %q did not settle after %d rounds", k.key, maxClaimRounds)
+}
+
+// settle is what a row of k recorded by another request means: a replay,
+// or ErrKeyReused for another fingerprint.
+func (r *claimRow) settle(k keyOf) (claimed, error) {
+	if k.fingerprint != nil && !bytes.Equal(r.fp, k.fingerprint) {
+		return claimed{}, ErrKeyReused
+	}
+	if r.noResult {
+		return claimed{}, errNoResult
+	}
+	return claimed{replay: true, result: r.result}, nil
 }
 
 // fpOrEmpty stores a nil fingerprint as empty bytes (the column is NOT

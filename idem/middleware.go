@@ -130,24 +130,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, k keyOf) {
 	ctx := r.Context()
-	noWait := !m.cfg.wait
-	q, args := claimStmt(m.st, &m.cfg, k, noWait)
-	row := new(claimRow)
-	o, err := m.open(ctx, claimQueue(q, args, row))
-	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable")
-		return
-	}
-	if !o.folded {
-		row = nil
-	}
-	ended := false
-	defer func() {
-		if !ended {
-			_ = o.end(ctx, false, "") // also when the handler panics
-		}
-	}()
-	cl, err := claim(ctx, o.conn, m.st, &m.cfg, k, noWait, row)
+	o, cl, err := openClaimed(ctx, m.open, m.st, &m.cfg, k, !m.cfg.wait)
 	switch {
 	case errors.Is(err, errBusy):
 		problem(w, http.StatusConflict, "a request with this idempotency key is still in progress")
@@ -167,6 +150,12 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		s.writeTo(w, true)
 		return
 	}
+	ended := false
+	defer func() {
+		if !ended {
+			_ = o.end(ctx, false, "") // also when the handler panics
+		}
+	}()
 	rec := &recorder{header: http.Header{}}
 	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, o.tx)))
 	s := rec.stored(m.cfg.keep)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/internal/lockedtx"
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // The transactions idem begins and ends itself ([DoTx], [Middleware]):
@@ -44,21 +45,84 @@ type owned struct {
 // be sent with BEGIN; owned.folded says whether they were.
 type openFunc func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error)
 
-// claimQueue queues the one-statement claim q, its row scanned into row.
-func claimQueue(q string, args []any, row *claimRow) func(*pgx.Batch) {
+// openClaimed begins a transaction with open and claims k in it, the claim
+// sent with BEGIN where the connection allows (owned.folded). Ahead of
+// BEGIN goes the read of k's recorded result (queueRecorded): a recorded
+// key is answered there, in one round trip, and no transaction is begun —
+// cl.replay with o nil. noWait: a key held by a middleware request in
+// progress is errBusy. On error or a replay nothing is left open;
+// otherwise the key is the transaction's and the caller ends o.
+func openClaimed(ctx context.Context, open openFunc, st statements, c *config, k keyOf, noWait bool) (o *owned, cl claimed, err error) {
+	row := new(claimRow)
+	claimNext := insertClaimQueue(st, c, k, row)
+	if noWait {
+		claimNext = claimQueue(st, c, k, row)
+	}
+	o, err = open(ctx, func(b *pgx.Batch) {
+		queueRecorded(st, k, row)(b)
+		claimNext(b)
+	})
+	if answeredAhead(err, row) {
+		cl, err = row.settle(k)
+		return nil, cl, err
+	}
+	if err != nil {
+		return nil, claimed{}, wrapDB("begin", err)
+	}
+	if !o.folded {
+		row = nil // claim sends the one-statement claim
+	}
+	cl, err = claim(ctx, o.conn, st, c, k, noWait, row)
+	if err != nil || cl.replay {
+		_ = o.end(ctx, false, "")
+		return nil, cl, err
+	}
+	return o, cl, nil
+}
+
+// queueRecorded queues, ahead of BEGIN (lockedtx.Ahead), st.recorded: it
+// returns k's result if k is recorded, into row, and then fails, so that
+// the server skips BEGIN and the rest of the batch.
+func queueRecorded(st statements, k keyOf, row *claimRow) func(*pgx.Batch) {
+	return func(b *pgx.Batch) {
+		lockedtx.Ahead(b, func(b *pgx.Batch) {
+			b.Queue(st.recorded, k.scope, k.key).Query(func(rows pgx.Rows) error {
+				if !rows.Next() {
+					return rows.Err()
+				}
+				if err := rows.Scan(&row.fp, &row.result); err != nil {
+					return err
+				}
+				row.got, row.found = true, true
+				rows.Next() // the failure
+				return rows.Err()
+			})
+		})
+	}
+}
+
+// answeredAhead reports whether err, BEGIN's, is the failure of
+// st.recorded after it returned the key's result into row.
+func answeredAhead(err error, row *claimRow) bool {
+	return row.found && pgerr.Code(err) == pgerr.DivisionByZero
+}
+
+// claimQueue queues the one-statement claim that fails as errBusy when
+// the key is held by a request in progress, its row scanned into row.
+func claimQueue(st statements, c *config, k keyOf, row *claimRow) func(*pgx.Batch) {
+	q, args := claimStmt(st, c, k, true)
 	return func(b *pgx.Batch) {
 		b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
 	}
 }
 
-// insertClaimQueue queues the claim as two statements, cheaper on the
-// server than the one-statement claim (whose CTE costs several times a
-// plain INSERT): the INSERT … ON CONFLICT DO NOTHING, then a read of the
-// key's row. Each statement takes its own snapshot, so after the INSERT
-// waited for a transaction that committed the key, the read sees it: no
-// second round. Sent with BEGIN, both cost no round trip of their own; as
-// statements of their own they would cost two, so unfolded transactions
-// use the one-statement claim.
+// insertClaimQueue queues the claim as its INSERT … ON CONFLICT DO
+// NOTHING alone, cheaper on the server than the one-statement claim (whose
+// CTE costs several times a plain INSERT). A key recorded before BEGIN was
+// answered ahead of it; one the INSERT finds taken otherwise (by a
+// transaction it waited for, or expired) is read by claim, in a round trip
+// of its own. As a statement of its own the INSERT would need that read
+// every time, so unfolded transactions use the one-statement claim.
 func insertClaimQueue(st statements, c *config, k keyOf, row *claimRow) func(*pgx.Batch) {
 	return func(b *pgx.Batch) {
 		b.Queue(st.claimInsert, k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()).
@@ -66,16 +130,9 @@ func insertClaimQueue(st statements, c *config, k keyOf, row *claimRow) func(*pg
 				for rows.Next() {
 					row.inserted = true
 				}
+				row.got = true // no lock in this form
 				return rows.Err()
 			})
-		b.Queue(st.read, k.scope, k.key).Query(func(rows pgx.Rows) error {
-			row.got = true // no lock in this form
-			if !rows.Next() || row.inserted {
-				return rows.Err() // inserted, or deleted meanwhile: claim reads again
-			}
-			var inserted bool
-			return rows.Scan(&inserted, &row.got, &row.found, &row.fp, &row.result, &row.noResult, &row.expired)
-		})
 	}
 }
 

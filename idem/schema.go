@@ -115,8 +115,8 @@ func wrapDB(op string, err error) error {
 
 // statements are the statements of one table.
 type statements struct {
-	claim, claimTry, claimInsert, read, drop, unclaim, store string
-	phaseOpen, phaseRecord                                   string
+	claim, claimTry, claimInsert, read, recorded, drop, unclaim, store string
+	phaseOpen, phaseRecord                                             string
 }
 
 // defaultStatements are those of DefaultTable, built once: most calls use
@@ -159,13 +159,27 @@ SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM c
 	return statements{
 		claim:    fmt.Sprintf(tmpl, t, "true"),
 		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_try_advisory_xact_lock($5::bigint) END"),
-		// claimInsert and read are the claim as two statements, sent
-		// together with BEGIN by DoTx (see insertClaimQueue).
+		// claimInsert is the claim's INSERT alone, sent with BEGIN by DoTx
+		// (see insertClaimQueue).
 		claimInsert: fmt.Sprintf(`INSERT INTO %s (scope, key, fingerprint, expires_at)
 VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
 ON CONFLICT (scope, key) DO NOTHING RETURNING true`, t),
 		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp()
 FROM %s WHERE scope = $1 AND key = $2`, t),
+		// recorded returns a recorded key's fingerprint and result, and
+		// then fails (division by zero, SQLSTATE 22012): sent ahead of
+		// BEGIN (see queueRecorded), it answers a replay in one round trip.
+		// Both arms read the one materialized row of r, so the row and the
+		// failure come from the same snapshot. The divisor depends on the
+		// row, so that the planner cannot fold the division and fail when
+		// there is no row.
+		recorded: fmt.Sprintf(`WITH r AS (
+  SELECT fingerprint, result FROM %s
+  WHERE scope = $1 AND key = $2 AND result IS NOT NULL AND expires_at > clock_timestamp()
+)
+SELECT fingerprint, result FROM r
+UNION ALL
+SELECT NULL, NULL FROM r WHERE 1 / (octet_length(r.result) * 0) = 0`, t),
 		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),
 		unclaim: fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2`, t),
 		store:   fmt.Sprintf(`UPDATE %s SET result = $3 WHERE scope = $1 AND key = $2`, t),

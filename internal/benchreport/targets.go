@@ -76,15 +76,18 @@ var networkRows = []comparison{
 	{label: "idem.DoTx vs the same transaction without idem (pgx; issue 16)", pkg: "idem", bench: "IdempotentTx/loopback",
 		base: "plain-ns/op", form: "idem-ns/op", baseRT: "plain-roundtrips/op", formRT: "idem-roundtrips/op", min: 0.9, sameTrips: true,
 		why: idemWhy},
+	{label: "idem.DoTx replay vs an autocommit SELECT of the stored row (pgx)", pkg: "idem", bench: "Replay",
+		base: "select-ns/op", form: "replay-ns/op", baseRT: "select-roundtrips/op", formRT: "replay-roundtrips/op", sameTrips: true},
 }
 
 // idemWhy is where an idempotent transaction's time goes beyond the plain
-// one's, round trips being equal: the claim (an INSERT into a unique index
-// and a read) travels in BEGIN's batch and the result (an UPDATE of the
+// one's, round trips being equal: the claim (a read ahead of BEGIN, an
+// INSERT into a unique index) travels in BEGIN's batch and the result (an UPDATE of the
 // key's row) in COMMIT's, so what is left is their server work.
-const idemWhy = "The claim (an INSERT … ON CONFLICT DO NOTHING into the keys' unique index, and a read) travels in " +
-	"BEGIN's batch and the result (an UPDATE of the key's row) in COMMIT's: no round trip is added; the difference is " +
-	"the server's work for those statements, beside a transaction whose own work is one INSERT."
+const idemWhy = "The claim (an INSERT … ON CONFLICT DO NOTHING into the keys' unique index) travels in BEGIN's batch, " +
+	"behind the read of a recorded result that answers a replay ahead of BEGIN, and the result (an UPDATE of the key's row) " +
+	"in COMMIT's: no round trip is added; the difference is the server's work for those statements, beside a transaction " +
+	"whose own work is one INSERT."
 
 var loopbackRows = []comparison{
 	{label: "txlock.DoPgx vs the floor: BEGIN + the cheapest prepared statement in one batch (pgx)", pkg: "txlock", bench: "Uncontended/pgx",

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -206,10 +207,19 @@ func (r *BatchRequest) commitQueue() func(*pgx.Batch) {
 // by the callbacks queue set (QueuedQuery.QueryRow, Exec), before
 // BeginBatch returns. If BEGIN, a statement or a callback fails, no
 // transaction is left open and the error is returned.
+//
+// Statements queued with Ahead run before BEGIN; if one of them fails,
+// BeginBatch returns its error with the connection idle.
 func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func(*pgx.Batch)) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(o)
+	begin := b.QueuedQueries[0]
 	queue(b)
+	if b.QueuedQueries[0] != begin {
+		if err := prepareBatch(ctx, conn, b); err != nil {
+			return nil, err
+		}
+	}
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	if err := br.Close(); err != nil {
@@ -217,6 +227,47 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func
 		return nil, err
 	}
 	return tx, nil
+}
+
+// Ahead queues the statements queue adds to b — a batch of BeginBatch,
+// whose first statement is BEGIN — ahead of BEGIN, in the order queued.
+//
+// They run in the implicit transaction that the server opens for a
+// pipeline and that BEGIN then makes explicit; so they must be reads that
+// take no locks, and the transaction must not set an isolation level or
+// DEFERRABLE (PostgreSQL refuses those once a statement has taken a
+// snapshot). What they are for is their failure: if one of them fails, the
+// server skips BEGIN and every statement after it, and rolls the implicit
+// transaction back at the Sync that ends the batch. A statement ahead of
+// BEGIN that fails on purpose thus answers a request in one round trip and
+// leaves the connection idle, with no transaction to end (idem's replay of
+// a recorded key).
+func Ahead(b *pgx.Batch, queue func(*pgx.Batch)) {
+	n := len(b.QueuedQueries)
+	queue(b)
+	added := slices.Clone(b.QueuedQueries[n:])
+	b.QueuedQueries = append(added, b.QueuedQueries[:n]...)
+}
+
+// prepareBatch prepares, on a connection in pgx's default mode
+// (QueryExecModeCacheStatement), each statement of b that is not prepared
+// yet, once per connection, under its own SQL as name. A batch that fails
+// makes pgx evict every statement of it from the connection's statement
+// cache, so that the next batch would spend a round trip preparing them
+// again; a batch with statements ahead of BEGIN fails whenever one of them
+// answers the request, and statements prepared by name are not evicted. In
+// the other modes statements are not cached, or (QueryExecModeCacheDescribe)
+// their descriptions are, and a failed batch costs the next one a describe.
+func prepareBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
+	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return nil
+	}
+	for _, q := range b.QueuedQueries {
+		if _, err := conn.Prepare(ctx, q.SQL, q.SQL); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CommitBatch sends the statements queue adds to a pgx batch and COMMIT,
