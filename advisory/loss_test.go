@@ -13,6 +13,7 @@ import (
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/schedlag"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -31,9 +32,9 @@ type lossWatch struct {
 	stop chan struct{}
 	done chan struct{}
 
+	lag     *schedlag.Watch
 	mu      sync.Mutex
-	gone    time.Time     // when the backend was seen gone
-	latest  time.Duration // the latest a 1 ms timer fired
+	gone    time.Time // when the backend was seen gone
 	pollErr error
 }
 
@@ -46,7 +47,8 @@ func (w *lossWatch) goneAt() time.Time {
 func watchLoss(t *testing.T, db *pgtest.DB, pid uint32) *lossWatch {
 	t.Helper()
 	conn := admin(t, db)
-	w := &lossWatch{lat: db.Latency(), stop: make(chan struct{}), done: make(chan struct{})}
+	w := &lossWatch{lat: db.Latency(), lag: schedlag.Start(), stop: make(chan struct{}), done: make(chan struct{})}
+	t.Cleanup(func() { w.lag.Stop() })
 	go func() {
 		defer close(w.done)
 		for {
@@ -55,12 +57,7 @@ func watchLoss(t *testing.T, db *pgtest.DB, pid uint32) *lossWatch {
 				return
 			default:
 			}
-			start := time.Now()
 			time.Sleep(time.Millisecond)
-			late := time.Since(start) - time.Millisecond
-			w.mu.Lock()
-			w.latest = max(w.latest, late)
-			w.mu.Unlock()
 			if w.goneAt().IsZero() {
 				var n int
 				err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
@@ -97,16 +94,17 @@ func (w *lossWatch) check(t *testing.T, what string, reported time.Time) {
 	})
 	close(w.stop)
 	<-w.done
+	late := w.lag.Stop()
 	if w.pollErr != nil {
 		t.Fatal(w.pollErr)
 	}
-	bound := 5*lossKeepalive/4 + 2*w.latest + 20*w.lat
+	bound := 5*lossKeepalive/4 + 2*late + 20*w.lat
 	if d := reported.Sub(w.gone); d > bound {
 		t.Fatalf("%s %v after the server ended the session; the bound is %v (1¼ keepalive intervals, timers up to %v late, round trips of %v)",
-			what, d, bound, w.latest, w.lat)
+			what, d, bound, late, w.lat)
 	}
 	t.Logf("%s %v after the server ended the session (keepalive %v, timers up to %v late)",
-		what, reported.Sub(w.gone).Round(time.Millisecond), lossKeepalive, w.latest.Round(time.Millisecond))
+		what, reported.Sub(w.gone).Round(time.Millisecond), lossKeepalive, late.Round(time.Millisecond))
 }
 
 func TestLostOnTerminate(t *testing.T) {

@@ -95,42 +95,93 @@ func TestDoTxRunsOnceAndReplays(t *testing.T) {
 	leakCheck(t)
 	forEachOwnRunner(t, func(t *testing.T, r ownRunner) {
 		db := newDB(t)
-		do := r.open(t, db, nil)
-		ctx := context.Background()
-		var wg sync.WaitGroup
-		var mismatched atomic.Int32
-		start := make(chan struct{})
-		for range 64 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				v, err := do(ctx, "user:1", "order-7", []byte("fp"), "charged")
-				if err != nil {
-					t.Error(err)
-				} else if v != "charged" {
-					mismatched.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if n := count(t, db, `SELECT count(*) FROM effects`); n != 1 {
-			t.Fatalf("%d effects, want 1", n)
-		}
-		if n := mismatched.Load(); n != 0 {
-			t.Fatalf("%d results differ from the first", n)
-		}
-		if v, err := do(ctx, "user:1", "order-7", []byte("fp"), "again"); err != nil || v != "charged" {
-			t.Fatalf("replay: %q, %v; want the first result", v, err)
-		}
-		if _, err := do(ctx, "user:1", "order-7", []byte("other"), "x"); !errors.Is(err, idem.ErrKeyReused) {
-			t.Fatalf("other fingerprint: %v, want ErrKeyReused", err)
-		}
-		if n := count(t, db, `SELECT count(*) FROM effects`); n != 1 {
-			t.Fatalf("%d effects after the replay, want 1", n)
-		}
+		runsOnceAndReplays(t, db, r.open(t, db, nil))
 	})
+}
+
+// TestDoTxInEveryExecModeAndThroughPgBouncer: the same on pgx connections
+// in each of pgx's query exec modes, where a replay's failed batch is
+// handled without prepared statements of idem's own, and through PgBouncer
+// in transaction mode (exec mode: PgBouncer 1.18 keeps no prepared
+// statements); after the replays, new keys still run once.
+func TestDoTxInEveryExecModeAndThroughPgBouncer(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	bouncer := pgtest.StartPgBouncer(t, db, "transaction")
+	for _, c := range []struct{ name, dsn, mode string }{
+		{"cache_describe", db.DSN, "cache_describe"},
+		{"describe_exec", db.DSN, "describe_exec"},
+		{"exec", db.DSN, "exec"},
+		{"simple_protocol", db.DSN, "simple_protocol"},
+		{"pgbouncer-transaction-exec", bouncer, "exec"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db.Exec(`TRUNCATE effects, sqlock_idem`)
+			sep := "?"
+			if strings.Contains(c.dsn, "?") {
+				sep = "&"
+			}
+			dsn := c.dsn + sep + "default_query_exec_mode=" + c.mode
+			p := openPool(t, dsn, nil)
+			do := func(ctx context.Context, scope, key string, fp []byte, res string) (string, error) {
+				return dotxPgx(ctx, p, scope, key, fp, res)
+			}
+			runsOnceAndReplays(t, db, do)
+			ctx := context.Background()
+			for i := range 5 {
+				key := fmt.Sprintf("after-%d", i)
+				for _, res := range []string{"first", "replayed"} {
+					if v, err := do(ctx, "user:1", key, nil, res); err != nil || v != "first" {
+						t.Fatalf("%s (%s): %q, %v; want %q", key, res, v, err, "first")
+					}
+				}
+			}
+			if n := count(t, db, `SELECT count(*) FROM effects`); n != 6 {
+				t.Fatalf("%d effects, want 6", n)
+			}
+		})
+	}
+}
+
+// runsOnceAndReplays: 64 concurrent calls of do with one key run fn once
+// and return one result; a later call replays it; another fingerprint is
+// ErrKeyReused, and nothing runs.
+func runsOnceAndReplays(t *testing.T, db *pgtest.DB, do func(ctx context.Context, scope, key string, fp []byte, res string) (string, error)) {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mismatched atomic.Int32
+	start := make(chan struct{})
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			v, err := do(ctx, "user:1", "order-7", []byte("fp"), "charged")
+			if err != nil {
+				t.Error(err)
+			} else if v != "charged" {
+				mismatched.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := count(t, db, `SELECT count(*) FROM effects`); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+	if n := mismatched.Load(); n != 0 {
+		t.Fatalf("%d results differ from the first", n)
+	}
+	if v, err := do(ctx, "user:1", "order-7", []byte("fp"), "again"); err != nil || v != "charged" {
+		t.Fatalf("replay: %q, %v; want the first result", v, err)
+	}
+	if _, err := do(ctx, "user:1", "order-7", []byte("other"), "x"); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("other fingerprint: %v, want ErrKeyReused", err)
+	}
+	if n := count(t, db, `SELECT count(*) FROM effects`); n != 1 {
+		t.Fatalf("%d effects after the replay, want 1", n)
+	}
 }
 
 // TestDoTxFailedStoreCommitsNothing: the result is stored in COMMIT's

@@ -3,7 +3,9 @@ package txlock_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -120,6 +122,33 @@ func TestRoundTrips(t *testing.T) {
 		t.Logf("%-40s %d round trips (%d ReadyForQuery)", tc.name, turns, ready)
 		if turns != tc.want || ready != tc.want {
 			t.Errorf("%s: %d round trips, %d ReadyForQuery; want %d", tc.name, turns, ready, tc.want)
+		}
+	}
+	// A lock refused or timed out fails BEGIN's batch, and pgx evicts a
+	// failed batch's statements from its cache: the next attempt must not
+	// pay a round trip to prepare them again.
+	for _, tc := range []struct {
+		name string
+		tx   func() error
+	}{
+		{"pgx DoPgx try-once", pgxLocked(txlock.TryOnce())},
+		{"pgx DoPgx", pgxLocked(txlock.WithTimeout(50 * time.Millisecond))},
+		{"OpenDB Do try-once", sqlLocked(fold, txlock.TryOnce())},
+		{"OpenDB Do", sqlLocked(fold, txlock.WithTimeout(50*time.Millisecond))},
+	} {
+		h := holdLocks(t, db, false, key)
+		if err := tc.tx(); !errors.Is(err, txlock.ErrTimeout) && !errors.Is(err, txlock.ErrNotAcquired) {
+			t.Fatalf("%s while the key is held elsewhere: %v", tc.name, err)
+		}
+		h.release()
+		w.Reset()
+		if err := tc.tx(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		turns, ready := w.Counts()
+		t.Logf("%-40s %d round trips (%d ReadyForQuery)", tc.name+", after a refusal", turns, ready)
+		if turns != 3 || ready != 3 {
+			t.Errorf("%s after a refusal: %d round trips, %d ReadyForQuery; want 3", tc.name, turns, ready)
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // BEGIN folding: the locks travel with BEGIN, so that a locked
@@ -77,6 +79,9 @@ func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions
 	for _, q := range a.queries() {
 		b.Queue(q.sql, q.args...)
 	}
+	if err := prepareBatch(ctx, conn, b); err != nil {
+		return nil, err
+	}
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	_, err := br.Exec() // BEGIN
@@ -95,6 +100,7 @@ func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions
 	}
 	if err != nil {
 		abortBegin(ctx, conn)
+		forgetVanished(ctx, conn, b, err)
 		return nil, err
 	}
 	return tx, nil
@@ -209,21 +215,20 @@ func (r *BatchRequest) commitQueue() func(*pgx.Batch) {
 // transaction is left open and the error is returned.
 //
 // Statements queued with Ahead run before BEGIN; if one of them fails,
-// BeginBatch returns its error with the connection idle.
+// BeginBatch returns its error with the connection idle. Its statements
+// are prepared by name (prepareBatch).
 func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func(*pgx.Batch)) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(o)
-	begin := b.QueuedQueries[0]
 	queue(b)
-	if b.QueuedQueries[0] != begin {
-		if err := prepareBatch(ctx, conn, b); err != nil {
-			return nil, err
-		}
+	if err := prepareBatch(ctx, conn, b); err != nil {
+		return nil, err
 	}
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	if err := br.Close(); err != nil {
 		abortBegin(ctx, conn)
+		forgetVanished(ctx, conn, b, err)
 		return nil, err
 	}
 	return tx, nil
@@ -251,13 +256,16 @@ func Ahead(b *pgx.Batch, queue func(*pgx.Batch)) {
 
 // prepareBatch prepares, on a connection in pgx's default mode
 // (QueryExecModeCacheStatement), each statement of b that is not prepared
-// yet, once per connection, under its own SQL as name. A batch that fails
-// makes pgx evict every statement of it from the connection's statement
-// cache, so that the next batch would spend a round trip preparing them
-// again; a batch with statements ahead of BEGIN fails whenever one of them
-// answers the request, and statements prepared by name are not evicted. In
-// the other modes statements are not cached, or (QueryExecModeCacheDescribe)
-// their descriptions are, and a failed batch costs the next one a describe.
+// yet, once per connection, with its own SQL as its name. The reason is
+// failure: a batch that fails makes pgx evict every statement of it from
+// the connection's statement cache, and the next batch then spends two
+// round trips, one to deallocate them and one to prepare them again. BEGIN
+// batches fail as part of their job — a lock wait that timed out, a lease
+// guard that refused, idem's replay answered ahead of BEGIN — and
+// statements prepared by name are not evicted. The statements are this
+// package's and its callers' own, a few per connection. In the other modes
+// statements are not cached, or (QueryExecModeCacheDescribe) their
+// descriptions are, and a failed batch costs the next one a describe.
 func prepareBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
 	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return nil
@@ -268,6 +276,22 @@ func prepareBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
 		}
 	}
 	return nil
+}
+
+// forgetVanished makes conn forget b's statements prepared by name when
+// err says one of them no longer exists on the server (SQLSTATE 26000: a
+// DEALLOCATE ALL or DISCARD ALL run on the session): pgx would otherwise
+// keep binding the missing name, and every later batch would fail the same
+// way. The next batch prepares them again.
+func forgetVanished(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, err error) {
+	if pgerr.Code(err) != pgerr.InvalidStatementName || conn.IsClosed() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	for _, q := range b.QueuedQueries {
+		_ = conn.Deallocate(rctx, q.SQL) // succeeds for a name the server no longer has
+	}
 }
 
 // CommitBatch sends the statements queue adds to a pgx batch and COMMIT,
