@@ -267,7 +267,7 @@ func Ahead(b *pgx.Batch, queue func(*pgx.Batch)) {
 // statements are not cached, or (QueryExecModeCacheDescribe) their
 // descriptions are, and a failed batch costs the next one a describe.
 func prepareBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
-	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+	if !cachesStatements(conn) {
 		return nil
 	}
 	for _, q := range b.QueuedQueries {
@@ -276,6 +276,24 @@ func prepareBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
 		}
 	}
 	return nil
+}
+
+// cachesStatementsKey is the key, in pgconn's CustomData, of whether a
+// connection runs in QueryExecModeCacheStatement.
+const cachesStatementsKey = "github.com/sqlock/sqlock/txlock.cachesStatements"
+
+// cachesStatements reports whether conn runs in pgx's default mode,
+// QueryExecModeCacheStatement. Its answer is kept with the connection:
+// conn.Config() copies the whole configuration on every call, the largest
+// client cost of a locked transaction when it was called for each one.
+func cachesStatements(conn *pgx.Conn) bool {
+	m := conn.PgConn().CustomData()
+	v, ok := m[cachesStatementsKey].(bool)
+	if !ok {
+		v = conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+		m[cachesStatementsKey] = v
+	}
+	return v
 }
 
 // forgetVanished makes conn forget b's statements prepared by name when
