@@ -229,8 +229,8 @@ func ExampleDoOptimistic() {
 }
 
 // A HotKeys lives beside the handle its DoOptimistic calls share, so that
-// while 16 of them queue on a key, new calls queue too instead of barging
-// past. (A mock database stands in for PostgreSQL; nobody competes here, so
+// while one of them queues on a key, new calls queue too instead of
+// barging past. (A mock database stands in for PostgreSQL; nobody competes here, so
 // the one attempt is lock-free.)
 func ExampleWithHotKeys() {
 	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))

@@ -29,8 +29,8 @@ type Querier interface {
 type HotKeys struct{ h lockedtx.HotKeys }
 
 // WithHotKeys makes DoOptimistic count its locked attempts in h and, while
-// 16 or more of the attempts sharing h queue on the key, start a new call
-// with a locked attempt instead of a lock-free one. Lock-free first
+// one of the attempts sharing h waits for the key's lock or holds it, start
+// a new call with a locked attempt instead of a lock-free one. Lock-free first
 // attempts that barge past a queue win at the cost of the holder they
 // overtook, which then reads a stale row and queues again: the tail this
 // option removes. A nil h, or WithHotKeys on any call but DoOptimistic, is
@@ -53,10 +53,9 @@ func WithHotKeys(h *HotKeys) Option {
 // OpenDB), so that under contention the retries wait their turn in
 // PostgreSQL's lock queue instead of colliding again. There is no backoff
 // between attempts: the queue is the wait ([WithRetry] can set one). With
-// [WithHotKeys], while 16 or more of the attempts on key of the calls
-// sharing the [HotKeys] wait for its lock or hold it, a new call's first
-// attempt is a locked one too, rather than barging past them (see
-// docs/txlock.md).
+// [WithHotKeys], while an attempt on key of the calls sharing the
+// [HotKeys] waits for its lock or holds it, a new call's first attempt is a
+// locked one too, rather than barging past it (see docs/txlock.md).
 //
 // fn must re-read what it depends on, on q, at every attempt, and guard its
 // writes (a versioned write); the lock is held for one attempt's

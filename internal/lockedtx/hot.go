@@ -8,14 +8,16 @@ import (
 
 // HotKeys counts, per key, the locked attempts of txlock.DoOptimistic
 // calls that share it and are waiting for the key's lock or holding it.
-// While hotQueue or more are, the key is hot: a new call's first attempt
-// takes the lock at once instead of running unlocked. Unlocked, it would
-// barge past the queue — and, when it wins, the holder it overtook reads a
-// stale row, fails under the lock and queues again at the back: the tail
-// the queue is there to remove. Below hotQueue, lock-free first attempts
-// win more than they cost: an optimistic write's serial section is its
-// UPDATE and COMMIT, a locked transaction's is BEGIN to COMMIT, so with a
-// few contenders optimistic writes move more rows per second than a queue.
+// While one is, the key is hot: a new call's first attempt takes the lock
+// at once instead of running unlocked. Unlocked, it would barge past the
+// queue — and, when it wins, the holder it overtook reads a stale row,
+// fails under the lock and queues again at the back: the tail the queue is
+// there to remove. A threshold of 16 was tried first, on the argument that
+// with a few contenders lock-free writes (whose serial section is an
+// UPDATE, a locked transaction's BEGIN to COMMIT) move more rows per
+// second; on the contention sweep they did not (at 4 and 16 workers about
+// txlock's throughput either way), and barging left a p99 4 to 9 times
+// txlock's between 2 and 16 workers.
 //
 // It is a hint, never a guarantee: a fixed table of 256 counters (1 KiB,
 // nothing to allocate or leak, however many keys), indexed by a hash of the
@@ -27,10 +29,10 @@ type HotKeys struct {
 	queued [256]atomic.Int32
 }
 
-// hotQueue is the queue, in the callers sharing a HotKeys, past which a
-// key is hot: where, on the contention sweep (docs/benchmarks.md),
-// lock-free retries stop adding throughput and start making the tail.
-const hotQueue = 16
+// hotQueue is the queue, in the callers sharing a HotKeys, from which a key
+// is hot: one locked attempt waiting or holding, so that no call of the
+// same HotKeys barges past it (docs/benchmarks.md has the sweep).
+const hotQueue = 1
 
 func (h *HotKeys) queueOf(k advisory.Key) *atomic.Int32 {
 	c, o, s := k.Locktag()
