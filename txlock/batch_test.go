@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/txlock"
 )
@@ -85,4 +86,47 @@ func TestLockStatementsPrepared(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVanishedStatementsArePreparedAgain: the batch's statements are
+// prepared by name, once per connection; if they vanish from the session
+// (DEALLOCATE ALL, as a pooler's reset query or a DISCARD ALL does), at
+// most the next transaction fails, with SQLSTATE 26000 and nothing run,
+// and every later one prepares them again and succeeds on the same
+// connection.
+func TestVanishedStatementsArePreparedAgain(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	ran := 0
+	do := func() error {
+		return doPgxKeys(ctx, conn, []advisory.Key{advisory.KeyInt(1)}, func(context.Context, pgx.Tx) error { ran++; return nil })
+	}
+	if err := do(); err != nil {
+		t.Fatal(err)
+	}
+	pid := conn.PgConn().PID()
+	if _, err := conn.Exec(ctx, "DEALLOCATE ALL"); err != nil {
+		t.Fatal(err)
+	}
+	ran = 0
+	failed := 0
+	for range 3 {
+		err := do()
+		switch {
+		case err == nil:
+		case pgerr.Code(err) == pgerr.InvalidStatementName && failed == 0 && ran == 0:
+			failed++
+		default:
+			t.Fatalf("after DEALLOCATE ALL: %v (%d failed before, fn ran %d times)", err, failed, ran)
+		}
+	}
+	if ran != 3-failed || conn.PgConn().PID() != pid {
+		t.Fatalf("fn ran %d times after %d failures, backend %d (was %d)", ran, failed, conn.PgConn().PID(), pid)
+	}
+	t.Logf("after DEALLOCATE ALL: %d transaction(s) failed with 26000, %d ran", failed, ran)
 }
