@@ -95,6 +95,7 @@ func TestLockStatementsPrepared(t *testing.T) {
 // and every later one prepares them again and succeeds on the same
 // connection.
 func TestVanishedStatementsArePreparedAgain(t *testing.T) {
+	noLeaks(t)
 	db := pgtest.New(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, db.DSN)
