@@ -93,7 +93,9 @@ func openPool(t testing.TB, dsn string, w *pgtest.Wire) *pgxpool.Pool {
 	}
 	cfg.MaxConns = 70
 	if w != nil {
+		// Counted: no ping of a connection that sat idle (see openFoldingDB).
 		cfg.ConnConfig.DialFunc = w.Dial
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
