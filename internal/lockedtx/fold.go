@@ -220,7 +220,11 @@ func (r *BatchRequest) commitQueue() func(*pgx.Batch) {
 func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func(*pgx.Batch)) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(o)
+	begin := b.QueuedQueries[0]
 	queue(b)
+	if b.QueuedQueries[0] != begin && (o.IsoLevel != "" || o.DeferrableMode != "") {
+		return nil, errAheadOfModes
+	}
 	if err := prepareBatch(ctx, conn, b); err != nil {
 		return nil, err
 	}
@@ -233,6 +237,10 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func
 	}
 	return tx, nil
 }
+
+// errAheadOfModes refuses a BeginBatch with statements ahead of a BEGIN
+// that sets an isolation level or DEFERRABLE (see Ahead): nothing is sent.
+var errAheadOfModes = errors.New("lockedtx: statements ahead of a BEGIN that sets an isolation level or DEFERRABLE")
 
 // Ahead queues the statements queue adds to b — a batch of BeginBatch,
 // whose first statement is BEGIN — ahead of BEGIN, in the order queued.
