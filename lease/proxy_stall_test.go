@@ -62,12 +62,16 @@ func TestRenewalThroughAProxyRidesOutStallsShorterThanAThirdOfTheTTL(t *testing.
 	conn := admin(t, db)
 	p, m := proxiedManager(t, db)
 	ctx := context.Background()
-	ttl := max(450*time.Millisecond, 60*proxiedLatency(t, db, p))
+	// The floor leaves the renewal after a stall room for a scheduling
+	// delay on a busy machine: at 964 ms (the latency measured at the
+	// start set it) a lease was lost beside two CPU hogs and a parallel
+	// package. 12 TTLs keep the test's length.
+	ttl := max(1500*time.Millisecond, 60*proxiedLatency(t, db, p))
 	stall := ttl/3 - ttl/20
 	start := time.Now()
 	l := must[*lease.Lease](t)(m.Acquire(ctx, "stalled", ttl))
 	defer l.Release(ctx)
-	end := start.Add(20 * ttl)
+	end := start.Add(12 * ttl)
 	stalls := 0
 	for time.Now().Before(end) {
 		// A random gap, so that the stalls fall at every phase of the
@@ -91,9 +95,9 @@ func TestRenewalThroughAProxyRidesOutStallsShorterThanAThirdOfTheTTL(t *testing.
 		t.Fatalf("the row is not the live lease: %+v", r)
 	}
 	// The first expiry was about start + TTL: only renewals through the
-	// proxy can have moved it past start + 19 TTL.
-	if !r.expiresAt.After(start.Add(19 * ttl)) {
-		t.Fatalf("server expiry %v, not renewed past %v", r.expiresAt, start.Add(19*ttl))
+	// proxy can have moved it past start + 11 TTL.
+	if !r.expiresAt.After(start.Add(11 * ttl)) {
+		t.Fatalf("server expiry %v, not renewed past %v", r.expiresAt, start.Add(11*ttl))
 	}
 	t.Logf("TTL %v: held %v (%.0f TTLs) through %d stalls of %v, never lost",
 		ttl, time.Since(start).Round(time.Millisecond), float64(time.Since(start))/float64(ttl), stalls, stall)
