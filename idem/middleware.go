@@ -45,7 +45,8 @@ import (
 //
 // On a *pgxpool.Pool, and on a *sql.DB opened with txlock.OpenDB, the
 // claim travels with BEGIN and the stored response with COMMIT, as in
-// [DoTx]: the middleware adds no round trip to the handler's transaction.
+// [DoTx]: the middleware adds no round trip to the handler's transaction,
+// and a replay is one round trip.
 //
 // The trade-off of the transaction form: the handler holds a connection
 // and a transaction for its whole run, and only its writes in that
