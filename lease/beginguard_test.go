@@ -307,6 +307,28 @@ func TestGuardedTransactionCostsTheRoundTripsOfAnUnguardedOne(t *testing.T) {
 			t.Errorf("%s: %d round trips, %d ReadyForQuery; want %d", tc.name, turns, ready, tc.want)
 		}
 	}
+	// A refused guard fails BEGIN's batch, and pgx evicts a failed batch's
+	// statements from its cache; the next guarded transaction on the
+	// connection must still cost 3, not spend round trips preparing
+	// BEGIN and the guard again.
+	taken := must[*lease.Lease](t)(m.Acquire(ctx, "begin-rt-taken", time.Minute))
+	defer taken.Release(ctx)
+	// Another owner in the row, as after a takeover: the server refuses the
+	// guard (the holder's renewals, a minute apart, have not seen it yet).
+	db.Exec(`UPDATE sqlock_leases SET owner = '00000000-0000-0000-0000-000000000001' WHERE name = 'begin-rt-taken'`)
+	for range 2 {
+		if _, err := taken.BeginGuarded(ctx, fold, nil); !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("BeginGuarded of a lease taken over: %v, want ErrLost", err)
+		}
+		w.Reset()
+		if err := guarded(fold, nil)(); err != nil {
+			t.Fatal(err)
+		}
+		turns, ready := w.Counts()
+		if turns != 3 || ready != 3 {
+			t.Errorf("OpenDB BeginGuarded right after a refused one: %d round trips, %d ReadyForQuery; want 3", turns, ready)
+		}
+	}
 }
 
 // BenchmarkGuardedBegin: a transaction of one UPDATE, guarded against the
