@@ -146,7 +146,7 @@ func TestHistoriesAreLinearizableAgainstALockGuardingAFencedRegister(t *testing.
 			db.Exec(`INSERT INTO register VALUES (1, 0, 0)`)
 			sqlDB := db.SQL()
 			ctx := context.Background()
-			ttl := max(300*time.Millisecond, 30*s.Latency(t))
+			ttl := max(time.Second, 30*s.Latency(t)) // quiet runs may not lose a lock: room for a late renewal
 			lk := redislock.New(c, redislock.WithTimeout(time.Minute))
 			rec := &recorder{base: time.Now()}
 			const clients, rounds = 4, 15

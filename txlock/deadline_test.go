@@ -2,10 +2,12 @@ package txlock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
@@ -156,6 +158,74 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 			}
 			h.release()
 			waitNoLocks(t, admin)
+		})
+	}
+}
+
+// On a connection's first locked transaction in pgx's default mode, BEGIN's
+// batch is prepared first (two round trips); the wait's bound is fixed
+// after that, so those round trips come out of the time to the deadline
+// and not out of what is kept back for COMMIT. Through a proxy that delays
+// each direction by oneWay, the bound is at most the deadline less four
+// delays: it holds at any machine speed (a slower machine only lowers it).
+func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	p := pgtest.StartProxy(t, db.DSN)
+	const oneWay = 50 * time.Millisecond
+	if err := p.SetDelay(pgtest.BothWays, oneWay, 0); err != nil {
+		t.Fatal(err)
+	}
+	key := advisory.KeyOf("deadline:prepare")
+	cfg, err := pgx.ParseConfig(p.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := func(context.Context) error { return errors.New("fn ran: the lock is held elsewhere") }
+	// Each case opens its connection before the call, then calls.
+	type call func(ctx context.Context, opts ...txlock.Option) error
+	for _, c := range []struct {
+		name string
+		open func() call
+	}{
+		{"pgx", func() call {
+			conn, err := pgx.Connect(context.Background(), p.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close(context.Background()) })
+			return func(ctx context.Context, opts ...txlock.Option) error {
+				return txlock.DoPgx(ctx, conn, key, func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) }, opts...)
+			}
+		}},
+		{"OpenDB", func() call {
+			h := txlock.OpenDB(*cfg)
+			t.Cleanup(func() { h.Close() })
+			h.SetMaxOpenConns(1)
+			if err := h.PingContext(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return func(ctx context.Context, opts ...txlock.Option) error {
+				return txlock.Do(ctx, h, key, func(ctx context.Context, _ *sql.Tx) error { return fn(ctx) }, opts...)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := holdLocks(t, db, false, key)
+			defer h.release()
+			do := c.open()
+			const deadline = 3 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			err := do(ctx, txlock.WithTimeout(time.Hour))
+			var le *lockedtx.LockError
+			if !errors.As(err, &le) || retry.SQLState(err) != "55P03" {
+				t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", err)
+			}
+			if most := deadline - 4*oneWay; le.Timeout > most {
+				t.Fatalf("wait bound %v: more than %v, the deadline less the prepare's two round trips", le.Timeout, most)
+			}
+			t.Logf("wait bound %v for a deadline of %v", le.Timeout, deadline)
 		})
 	}
 }

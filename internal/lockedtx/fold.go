@@ -76,11 +76,20 @@ func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions
 	p := a.plan
 	b := &pgx.Batch{}
 	b.BeginTx(o)
-	for _, q := range a.queries() {
+	for _, q := range p.queries {
 		b.Queue(q.sql, q.args...)
 	}
 	if err := prepareBatch(ctx, conn, b); err != nil {
 		return nil, err
+	}
+	// Bound the wait now, when the first use of a connection has prepared
+	// the statements: their round trips must not eat the deadline's
+	// reserve for COMMIT.
+	if !a.bind() {
+		return nil, errNoTime
+	}
+	for i, q := range a.queries() {
+		b.QueuedQueries[i+1].Arguments = q.args
 	}
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
