@@ -76,56 +76,81 @@ func newPlan(key advisory.Key, c *Config) (*plan, error) {
 	return p, nil
 }
 
-// lockFunc is the name of the lock function in pg_catalog (always called
+// lockFuncs are the lock functions in pg_catalog (always called
 // qualified, so that no function of the same name on the search_path can
-// stand in for it).
-func (p *plan) lockFunc() string {
-	switch {
-	case p.tryOnce && p.shared:
-		return "pg_try_advisory_xact_lock_shared"
-	case p.tryOnce:
-		return "pg_try_advisory_xact_lock"
-	case p.shared:
-		return "pg_advisory_xact_lock_shared"
+// stand in for them), indexed by lockFuncIndex.
+var lockFuncs = [4]string{"pg_advisory_xact_lock", "pg_advisory_xact_lock_shared",
+	"pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared"}
+
+// lockFuncIndex is p's lock function's index in lockFuncs (and
+// boundLockSQL): bit 0 shared, bit 1 try-once.
+func (p *plan) lockFuncIndex() int {
+	i := 0
+	if p.shared {
+		i |= 1
 	}
-	return "pg_advisory_xact_lock"
+	if p.tryOnce {
+		i |= 2
+	}
+	return i
 }
+
+func (p *plan) lockFunc() string { return lockFuncs[p.lockFuncIndex()] }
+
+// timeoutFrom is the clause that sets lock_timeout for the transaction
+// (set_config(…, true) is SET LOCAL) from a subquery, which PostgreSQL
+// runs before the lock call because it is volatile and so not pulled up.
+const timeoutFrom = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1::text, true)) s"
+
+// boundLockSQL is the text of every bound lock statement there is, built
+// once rather than for every call: [lock function (lockFuncIndex)][key of
+// one int8, of two int4][with the timeout clause, whose argument is $1].
+var boundLockSQL = func() (t [4][2][2]string) {
+	for f, fn := range lockFuncs {
+		for timeout := range 2 {
+			first := 1 + timeout
+			call := "SELECT pg_catalog." + fn
+			t[f][0][timeout] = call + "($" + strconv.Itoa(first) + "::int8)"
+			t[f][1][timeout] = call + "($" + strconv.Itoa(first) + "::int4, $" + strconv.Itoa(first+1) + "::int4)"
+			if timeout == 1 {
+				t[f][0][1] += timeoutFrom
+				t[f][1][1] += timeoutFrom
+			}
+		}
+	}
+	return t
+}()
 
 // lockQueries builds p's bound lock statements: one per key, in canonical
 // order (so the lock order is the statement order). With a timeout, the
-// first also sets lock_timeout for the transaction (set_config(…, true) is
-// SET LOCAL) from a subquery, which PostgreSQL runs before the lock call
-// because it is volatile and so not pulled up. Arguments are the key's
+// first also sets lock_timeout (timeoutFrom). Arguments are the key's
 // integers and a duration formatted here; SQL text is this package's.
 func (p *plan) lockQueries() []lockQuery {
-	fn := p.lockFunc()
+	sqls := &boundLockSQL[p.lockFuncIndex()]
 	qs := make([]lockQuery, len(p.keys))
 	for i, k := range p.keys {
-		var args []any
+		timeout := 0
 		if p.timeout > 0 && i == 0 {
-			args = append(args, timeoutArg(p.timeout))
+			timeout = 1
 		}
-		first := strconv.Itoa(len(args) + 1)
-		var params string
+		args := make([]any, timeout, timeout+2)
+		if timeout == 1 {
+			args[0] = timeoutArg(p.timeout)
+		}
 		if a, b, ok := k.Pair(); ok {
-			params = "($" + first + "::int4, $" + strconv.Itoa(len(args)+2) + "::int4)"
-			args = append(args, a, b)
+			qs[i] = lockQuery{sql: sqls[1][timeout], args: append(args, a, b)}
 		} else {
 			n, _ := k.Int64()
-			params = "($" + first + "::int8)"
-			args = append(args, n)
+			qs[i] = lockQuery{sql: sqls[0][timeout], args: append(args, n)}
 		}
-		q := lockQuery{sql: "SELECT pg_catalog." + fn + params, args: args}
-		if p.timeout > 0 && i == 0 {
-			q.sql += " FROM (SELECT pg_catalog.set_config('lock_timeout', $1::text, true)) s"
-		}
-		qs[i] = q
 	}
 	return qs
 }
 
+// timeoutArg is lock_timeout's value for d, in whole milliseconds.
 func timeoutArg(d time.Duration) string {
-	return strconv.FormatInt(timeoutMillis(d), 10) + "ms"
+	var buf [24]byte
+	return string(append(strconv.AppendInt(buf[:0], timeoutMillis(d), 10), "ms"...))
 }
 
 // appendLockSQL appends the lock statements, separated by semicolons, to

@@ -131,3 +131,16 @@ func TestTransactionModes(t *testing.T) {
 		t.Error("linearizable accepted")
 	}
 }
+
+// BenchmarkNewPlan is the plan of the usual call (one key, the default
+// timeout), made for every call.
+func BenchmarkNewPlan(b *testing.B) {
+	c := newConfig[option](nil)
+	key := advisory.KeyInt(42)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := newPlan(key, &c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
