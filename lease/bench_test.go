@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,4 +178,47 @@ func BenchmarkWakeAfterRelease(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
 		})
 	}
+}
+
+// BenchmarkGuardRowLock splits the guard's server cost: a one-UPDATE
+// transaction, batched, with the guard statement ahead of the UPDATE —
+// as shipped, and without its FOR KEY SHARE — each against the same
+// transaction with SELECT 1 in the guard's place (what any one more
+// statement costs), interleaved.
+func BenchmarkGuardRowLock(b *testing.B) {
+	db := newDB(b)
+	db.Exec(`CREATE TABLE counter (id int PRIMARY KEY, n bigint NOT NULL)`)
+	db.Exec(`INSERT INTO counter VALUES (1, 0)`)
+	pool, writes := countingPool(b, db)
+	m := lease.New(db.Pool()) // renewals on another pool: not counted
+	ctx := context.Background()
+	l, err := m.Acquire(ctx, "bench-row-lock", time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Release(ctx)
+	guard, owner := lease.GuardStatement(m, l)
+	unlocked := strings.Replace(guard, " FOR KEY SHARE", "", 1)
+	if unlocked == guard {
+		b.Fatal("the guard statement has no FOR KEY SHARE")
+	}
+	run := func(stmt string, args ...any) func() {
+		return func() {
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				batch := &pgx.Batch{}
+				batch.Queue(stmt, args...)
+				batch.Queue(`UPDATE counter SET n = n + 1 WHERE id = 1`)
+				return tx.SendBatch(ctx, batch).Close()
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	one := run(`SELECT 1`)
+	b.Run("guard", func(b *testing.B) {
+		interleave(b, writes, "guard", run(guard, "bench-row-lock", owner), "select1", one)
+	})
+	b.Run("no-row-lock", func(b *testing.B) {
+		interleave(b, writes, "guard", run(unlocked, "bench-row-lock", owner), "select1", one)
+	})
 }

@@ -8,3 +8,7 @@ func OnPause(m *Manager, f func()) { m.onPause = f }
 // Statements are m's acquire and release statements, for the benchmark
 // that runs them by hand.
 func Statements(m *Manager) (acquire, release string) { return m.stmt.acquire, m.stmt.release }
+
+// GuardStatement is m's guard statement and the owner l checks it with, for
+// the benchmark that runs it by hand with and without its row lock.
+func GuardStatement(m *Manager, l *Lease) (guard, owner string) { return m.stmt.guard, l.owner }
