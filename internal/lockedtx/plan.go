@@ -107,15 +107,11 @@ const timeoutFrom = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1::tex
 // one int8, of two int4][with the timeout clause, whose argument is $1].
 var boundLockSQL = func() (t [4][2][2]string) {
 	for f, fn := range lockFuncs {
-		for timeout := range 2 {
-			first := 1 + timeout
-			call := "SELECT pg_catalog." + fn
-			t[f][0][timeout] = call + "($" + strconv.Itoa(first) + "::int8)"
-			t[f][1][timeout] = call + "($" + strconv.Itoa(first) + "::int4, $" + strconv.Itoa(first+1) + "::int4)"
-			if timeout == 1 {
-				t[f][0][1] += timeoutFrom
-				t[f][1][1] += timeoutFrom
-			}
+		call := "SELECT pg_catalog." + fn
+		for timeout, from := range [2]string{"", timeoutFrom} {
+			first := 1 + timeout // the timeout, when there is one, is $1
+			t[f][0][timeout] = call + "($" + strconv.Itoa(first) + "::int8)" + from
+			t[f][1][timeout] = call + "($" + strconv.Itoa(first) + "::int4, $" + strconv.Itoa(first+1) + "::int4)" + from
 		}
 	}
 	return t
