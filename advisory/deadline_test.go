@@ -2,14 +2,18 @@ package advisory_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/schedlag"
+	"github.com/sqlock/sqlock/retry"
 )
 
 // lockPID takes key with l, returns the server backend holding it, and
@@ -136,4 +140,70 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 		}
 		waitNoLocks(t, conn)
 	})
+}
+
+// A fresh Locker's first deadline-bound wait, 100 ms from the server: the
+// probe's round trips were measured, so before it has seen a hold of its
+// own the wait keeps 3.5 of them back (not only the cold reserve, 50 ms,
+// with which the 55P03 came after the deadline), and the server's answer
+// — followed by the sweep of the session — comes before the deadline, but
+// for the timer lateness measured while it waited.
+func TestFirstDeadlineWaitOverASlowNetworkAnswersInTime(t *testing.T) {
+	leakCheck(t)
+	db := pgtest.New(t)
+	p := pgtest.StartProxy(t, db.DSN)
+	const oneWay = 100 * time.Millisecond
+	if err := p.SetDelay(pgtest.BothWays, oneWay, 0); err != nil {
+		t.Fatal(err)
+	}
+	conn := admin(t, db)
+	for _, c := range []struct {
+		name string
+		open func() *advisory.Locker
+	}{
+		{"pgxpool", func() *advisory.Locker {
+			pool, err := pgxpool.New(context.Background(), p.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			return advisory.NewPool(pool)
+		}},
+		{"sql-pgx", func() *advisory.Locker {
+			h, err := sql.Open("pgx", p.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { h.Close() })
+			return advisory.New(h)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := advisory.KeyOf("deadline:slow-network:" + c.name)
+			k, _ := key.Int64()
+			if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", k); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", k)
+			l := c.open()
+			if err := l.Verify(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			const deadline = 3 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			dl, _ := ctx.Deadline()
+			lag := schedlag.Start()
+			_, err := l.Lock(ctx, key)
+			answered := time.Now()
+			late := lag.Stop()
+			if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || retry.SQLState(err) != "55P03" {
+				t.Fatalf("got %v, want ErrTimeout matching context.DeadlineExceeded, from the server's lock_timeout (55P03)", err)
+			}
+			if after := answered.Sub(dl); after > 2*late {
+				t.Fatalf("the 55P03 came %v after the deadline (timers ran up to %v late)", after, late)
+			}
+			t.Logf("answered %v before the deadline (timers up to %v late)", dl.Sub(answered), late)
+		})
+	}
 }

@@ -32,7 +32,7 @@ func (l *Locker) verify(ctx context.Context) error {
 	if l.probeErr != nil {
 		return l.probeErr
 	}
-	err := probe(ctx, l.b)
+	err := probe(ctx, l.b, l.est.ObserveRTT)
 	if err == nil {
 		l.verified.Store(true)
 		return nil
@@ -86,7 +86,11 @@ func probeFailed(ctx context.Context, err error) error {
 //     backend pid, and is not visible to connection B, which holds a
 //     transaction open meanwhile so that a transaction pooler would have to
 //     hand A another backend. PgBouncer in transaction mode fails this.
-func probe(ctx context.Context, b backend) error {
+//
+// Each of the checks on A is a round trip that waits for no lock, passed to
+// observeRTT: so the Locker's first deadline-bound wait keeps back what a
+// round trip costs (waitbound) before it has seen a hold of its own.
+func probe(ctx context.Context, b backend, observeRTT func(time.Duration)) error {
 	var tok [12]byte
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
@@ -120,11 +124,13 @@ func probe(ctx context.Context, b backend) error {
 	sameSession := func() error {
 		var p int32
 		var t string
+		sent := time.Now()
 		err := a.queryRow(ctx, time.Time{}, "SELECT pg_catalog.pg_backend_pid(), "+
 			"coalesce(pg_catalog.current_setting('"+probeGUC+"', true), '')", nil, &p, &t)
 		if err != nil {
 			return probeFailed(ctx, err)
 		}
+		observeRTT(time.Since(sent))
 		if p != pid || t != token {
 			return unsupported("the connection's server session changed between statements (backend pid %d, then %d): "+
 				"a pooler in transaction or statement mode; "+poolerAdvice, pid, p)

@@ -12,6 +12,7 @@ import (
 	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/schedlag"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/txlock"
@@ -165,14 +166,19 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 // On a connection's first locked transaction in pgx's default mode, BEGIN's
 // batch is prepared first (two round trips); the wait's bound is fixed
 // after that, so those round trips come out of the time to the deadline
-// and not out of what is kept back for COMMIT. Through a proxy that delays
-// each direction by oneWay, the bound is at most the deadline less four
-// delays: it holds at any machine speed (a slower machine only lowers it).
+// and not out of what is kept back for COMMIT. And the first prepare
+// measured a round trip: though the connection has seen no hold yet, the
+// wait keeps 3.5 round trips back, not only the cold reserve (50 ms), so
+// that the server's 55P03 arrives before the deadline. Through a proxy
+// that delays each direction by oneWay, the bound is at most the deadline
+// less 4 delays (the prepares) and less 7 (the reserve) — at any machine
+// speed: a slower machine only lowers it — and the answer comes before the
+// deadline, but for the timer lateness measured while it waited.
 func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
 	p := pgtest.StartProxy(t, db.DSN)
-	const oneWay = 50 * time.Millisecond
+	const oneWay = 100 * time.Millisecond
 	if err := p.SetDelay(pgtest.BothWays, oneWay, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -217,15 +223,22 @@ func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 			const deadline = 3 * time.Second
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
+			dl, _ := ctx.Deadline()
+			lag := schedlag.Start()
 			err := do(ctx, txlock.WithTimeout(time.Hour))
+			answered := time.Now()
+			late := lag.Stop()
 			var le *lockedtx.LockError
 			if !errors.As(err, &le) || retry.SQLState(err) != "55P03" {
 				t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", err)
 			}
-			if most := deadline - 4*oneWay; le.Timeout > most {
-				t.Fatalf("wait bound %v: more than %v, the deadline less the prepare's two round trips", le.Timeout, most)
+			if most := deadline - 4*oneWay - 7*oneWay; le.Timeout > most {
+				t.Fatalf("wait bound %v: more than %v, the deadline less the prepare's two round trips and 3.5 round trips kept back", le.Timeout, most)
 			}
-			t.Logf("wait bound %v for a deadline of %v", le.Timeout, deadline)
+			if after := answered.Sub(dl); after > 2*late {
+				t.Fatalf("the 55P03 came %v after the deadline (timers ran up to %v late)", after, late)
+			}
+			t.Logf("wait bound %v for a deadline of %v; answered %v before it (timers up to %v late)", le.Timeout, deadline, dl.Sub(answered), late)
 		})
 	}
 }

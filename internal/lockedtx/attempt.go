@@ -40,7 +40,7 @@ func (a *Attempt) Number() int { return a.n }
 // and kept up to date).
 func (a *Attempt) useConn(c *pgx.Conn) {
 	if _, ok := a.ctx.Deadline(); ok && !a.plan.tryOnce {
-		a.est = estimatesOf(c)
+		a.est = &connStateOf(c).est
 	}
 }
 
@@ -91,22 +91,4 @@ func (a *Attempt) released(locked, sent time.Time) {
 	now := time.Now()
 	a.est.ObserveRTT(now.Sub(sent))
 	a.est.ObserveHold(now.Sub(locked))
-}
-
-// estimatesKey is the key of a connection's estimates in pgconn's
-// CustomData.
-const estimatesKey = "github.com/sqlock/sqlock/txlock.estimates"
-
-// estimatesOf returns c's round-trip and hold estimates, made on first
-// use. They live with the connection (pgconn's CustomData, used by one
-// goroutine at a time with the connection): no package state, and they
-// go when the connection does.
-func estimatesOf(c *pgx.Conn) *waitbound.Estimates {
-	m := c.PgConn().CustomData()
-	e, _ := m[estimatesKey].(*waitbound.Estimates)
-	if e == nil {
-		e = new(waitbound.Estimates)
-		m[estimatesKey] = e
-	}
-	return e
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -283,34 +284,31 @@ func Ahead(b *pgx.Batch, queue func(*pgx.Batch)) {
 // package's and its callers' own, a few per connection. In the other modes
 // statements are not cached, or (QueryExecModeCacheDescribe) their
 // descriptions are, and a failed batch costs the next one a describe.
+//
+// The first batch prepared on a connection measures a round trip: its first
+// statement is not prepared yet (none of this package's names is), so its
+// Prepare is one round trip that waits for no lock. It seeds the
+// connection's estimates, so that a deadline-bound wait on a connection
+// that has not yet seen a hold keeps 3.5 round trips back (waitbound)
+// rather than only the cold reserve, which over a slow network would have
+// the 55P03 arrive after the deadline.
 func prepareBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
-	if !cachesStatements(conn) {
+	st := connStateOf(conn)
+	if !st.cachesStatements {
 		return nil
 	}
-	for _, q := range b.QueuedQueries {
+	measure := !st.prepared
+	st.prepared = true
+	for i, q := range b.QueuedQueries {
+		sent := time.Now()
 		if _, err := conn.Prepare(ctx, q.SQL, q.SQL); err != nil {
 			return err
 		}
+		if measure && i == 0 {
+			st.est.ObserveRTT(time.Since(sent))
+		}
 	}
 	return nil
-}
-
-// cachesStatementsKey is the key, in pgconn's CustomData, of whether a
-// connection runs in QueryExecModeCacheStatement.
-const cachesStatementsKey = "github.com/sqlock/sqlock/txlock.cachesStatements"
-
-// cachesStatements reports whether conn runs in pgx's default mode,
-// QueryExecModeCacheStatement. Its answer is kept with the connection:
-// conn.Config() copies the whole configuration on every call, the largest
-// client cost of a locked transaction when it was called for each one.
-func cachesStatements(conn *pgx.Conn) bool {
-	m := conn.PgConn().CustomData()
-	v, ok := m[cachesStatementsKey].(bool)
-	if !ok {
-		v = conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
-		m[cachesStatementsKey] = v
-	}
-	return v
 }
 
 // forgetVanished makes conn forget b's statements prepared by name when

@@ -92,9 +92,12 @@ const (
 // and the release's; a timed-out waiter's 55P03), at least minReserve, and
 // at least the cold reserve while fewer than fewHolds holds were seen. The
 // cold reserve, before any hold was seen (e may be nil), is a fifth of
-// remaining, at most coldReserve. Never more than three quarters of
-// remaining, so that one long hold (a lock kept for minutes) cannot leave
-// deadline-bound callers no time to wait at all.
+// remaining, at most coldReserve — or, when a round trip was measured
+// already, the estimate with a hold of one round trip (its COMMIT) if that
+// is more: 3.5 round trips, so that over a slow network a connection's
+// first wait still hears its 55P03 before the deadline. Never more than
+// three quarters of remaining, so that one long hold (a lock kept for
+// minutes) cannot leave deadline-bound callers no time to wait at all.
 //
 // Too little kept back, and a waiter granted at the last moment has its
 // work cut by the deadline, which costs its connection; too much, and
@@ -107,9 +110,12 @@ const (
 // times, at most 0.6% cut and as many successes.
 func (e *Estimates) Reserve(remaining time.Duration) time.Duration {
 	r := min(remaining/5, coldReserve)
-	if e != nil && e.hold.Load() != 0 {
-		est := time.Duration(e.hold.Load() + e.hold.Load()/2 + 2*e.rtt.Load())
-		if e.holds.Load() >= fewHolds {
+	if e != nil {
+		rtt, hold := e.rtt.Load(), e.hold.Load()
+		if hold == 0 {
+			hold = rtt // none seen: a hold lasts at least its COMMIT's round trip
+		}
+		if est := time.Duration(hold + hold/2 + 2*rtt); e.holds.Load() >= fewHolds {
 			r = est
 		} else {
 			r = max(r, est)

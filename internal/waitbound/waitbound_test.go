@@ -6,7 +6,8 @@ import (
 )
 
 // The reserve: a fifth of the remaining time (at most 50 ms) before any
-// hold was seen; then 1.5 times the hold plus two round trips, not less
+// hold was seen, or 3.5 round trips when one was measured and that is
+// more; then 1.5 times the hold plus two round trips, not less
 // than the cold reserve until a few holds were seen; never under 2 ms nor
 // over three quarters of the remaining time.
 func TestReserveFollowsTheEstimates(t *testing.T) {
@@ -18,6 +19,17 @@ func TestReserveFollowsTheEstimates(t *testing.T) {
 		t.Fatalf("cold reserve at 1 s: %v, want %v", got, coldReserve)
 	}
 	e.ObserveRTT(time.Millisecond)
+	if got := e.Reserve(time.Second); got != coldReserve {
+		t.Fatalf("a round trip of 1 ms and no hold: %v, want the cold reserve %v", got, coldReserve)
+	}
+	var slow Estimates // a first round trip of 100 ms, no hold yet
+	slow.ObserveRTT(100 * time.Millisecond)
+	if got := slow.Reserve(3 * time.Second); got != 350*time.Millisecond {
+		t.Fatalf("a round trip of 100 ms and no hold: %v, want 3.5 round trips, 350ms", got)
+	}
+	if got := slow.Reserve(400 * time.Millisecond); got != 300*time.Millisecond {
+		t.Fatalf("the same at 400 ms: %v, want three quarters, 300ms", got)
+	}
 	e.ObserveHold(5 * time.Millisecond)
 	if got := e.Reserve(time.Second); got != coldReserve {
 		t.Fatalf("after one hold: %v, want the cold reserve %v", got, coldReserve)
