@@ -242,3 +242,58 @@ func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 		})
 	}
 }
+
+// A connection's estimates follow the network back down even when none of
+// its waits is granted (no COMMIT to measure): the ROLLBACK after a
+// timed-out wait is measured too. A first wait 100 ms from the server
+// keeps 3.5 of those round trips back; the network then turns fast; the
+// next timed-out wait still keeps them back (nothing fast was measured
+// yet), but its ROLLBACK is fast, so the wait after it keeps back only the
+// cold reserve — it keeps back less than 400 ms, where the slow round trips
+// would keep 700 ms: a bound that holds at any machine speed unless a
+// loopback ROLLBACK takes over 110 ms.
+func TestEstimatesFollowTheNetworkWhenNoWaitIsGranted(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	p := pgtest.StartProxy(t, db.DSN)
+	const oneWay = 100 * time.Millisecond
+	if err := p.SetDelay(pgtest.BothWays, oneWay, 0); err != nil {
+		t.Fatal(err)
+	}
+	key := advisory.KeyOf("deadline:estimates")
+	h := holdLocks(t, db, false, key)
+	defer h.release()
+	conn, err := pgx.Connect(context.Background(), p.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const deadline = 1500 * time.Millisecond
+	wait := func() time.Duration {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		err := txlock.DoPgx(ctx, conn, key, func(context.Context, pgx.Tx) error {
+			return errors.New("fn ran: the lock is held elsewhere")
+		}, txlock.WithTimeout(time.Hour))
+		var le *lockedtx.LockError
+		if !errors.As(err, &le) || retry.SQLState(err) != "55P03" {
+			t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", err)
+		}
+		return le.Timeout
+	}
+	slow := wait()
+	if err := p.SetDelay(pgtest.BothWays, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	stale := wait()
+	if most := deadline - 7*oneWay; stale > most {
+		t.Fatalf("bound %v after one slow ROLLBACK: more than %v, the deadline less the 3.5 slow round trips measured", stale, most)
+	}
+	fresh := wait()
+	if least := deadline - 4*oneWay; fresh < least {
+		t.Fatalf("bound %v after a fast ROLLBACK: less than %v, still keeping the slow round trips back", fresh, least)
+	}
+	t.Logf("bounds for a %v deadline: %v at 100 ms each way, then on loopback %v (slow estimates), %v (after a fast ROLLBACK)",
+		deadline, slow, stale, fresh)
+}

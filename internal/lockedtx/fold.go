@@ -120,15 +120,23 @@ func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions
 // wait that timed out, a try-once that found a key held, a deadlock): pgx
 // leaves the connection in the failed-transaction state, and a pool would
 // destroy it on release. If the rollback fails, the connection is closed.
+//
+// The ROLLBACK waits for no lock: its round trip goes into the connection's
+// estimates, so that they follow the network even on a connection whose
+// waits all time out (no COMMIT to measure) — one whose first round trip
+// came in a stall would otherwise keep too much back for as long.
 func abortBegin(ctx context.Context, conn *pgx.Conn) {
 	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	sent := time.Now()
 	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
 		_ = conn.Close(rctx)
+		return
 	}
+	connStateOf(conn).est.ObserveRTT(time.Since(sent))
 }
 
 // BeginSQL begins attempt a's transaction with beginTx — a database/sql
