@@ -173,7 +173,9 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 // that delays each direction by oneWay, the bound is at most the deadline
 // less 4 delays (the prepares) and less 7 (the reserve) — at any machine
 // speed: a slower machine only lowers it — and the answer comes before the
-// deadline, but for the timer lateness measured while it waited.
+// deadline, but for the client's timer lateness and the server's slowest
+// round trip measured while it waited (a stalled server answers late
+// whatever was kept back).
 func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
@@ -224,10 +226,11 @@ func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			dl, _ := ctx.Deadline()
-			lag := schedlag.Start()
+			lag, server := schedlag.Start(), db.WatchLatency()
+			called := time.Now()
 			err := do(ctx, txlock.WithTimeout(time.Hour))
 			answered := time.Now()
-			late := lag.Stop()
+			late, slowest := lag.Stop(), server.Stop()
 			var le *lockedtx.LockError
 			if !errors.As(err, &le) || retry.SQLState(err) != "55P03" {
 				t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", err)
@@ -235,10 +238,12 @@ func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 			if most := deadline - 4*oneWay - 7*oneWay; le.Timeout > most {
 				t.Fatalf("wait bound %v: more than %v, the deadline less the prepare's two round trips and 3.5 round trips kept back", le.Timeout, most)
 			}
-			if after := answered.Sub(dl); after > 2*late {
-				t.Fatalf("the 55P03 came %v after the deadline (timers ran up to %v late)", after, late)
+			if after := answered.Sub(dl); after > 2*(late+slowest) {
+				t.Fatalf("the 55P03 came %v after the deadline, %v after the call, with a wait bound of %v (timers ran up to %v late, the server's slowest SELECT 1 took %v)",
+					after, answered.Sub(called), le.Timeout, late, slowest)
 			}
-			t.Logf("wait bound %v for a deadline of %v; answered %v before it (timers up to %v late)", le.Timeout, deadline, dl.Sub(answered), late)
+			t.Logf("wait bound %v for a deadline of %v; answered %v before it (timers up to %v late, the server's slowest SELECT 1 %v)",
+				le.Timeout, deadline, dl.Sub(answered), late, slowest)
 		})
 	}
 }
@@ -248,10 +253,11 @@ func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 // timed-out wait is measured too. A first wait 100 ms from the server
 // keeps 3.5 of those round trips back; the network then turns fast; the
 // next timed-out wait still keeps them back (nothing fast was measured
-// yet), but its ROLLBACK is fast, so the wait after it keeps back only the
-// cold reserve — it keeps back less than 400 ms, where the slow round trips
-// would keep 700 ms: a bound that holds at any machine speed unless a
-// loopback ROLLBACK takes over 110 ms.
+// yet), but its ROLLBACK is fast, so a wait after it keeps back only the
+// cold reserve: less than 400 ms, where the slow round trips would keep
+// 700 ms. That holds unless a loopback ROLLBACK takes over 110 ms; on a
+// starved machine one may, so the test allows one more wait (the estimate
+// is the fastest round trip seen).
 func TestEstimatesFollowTheNetworkWhenNoWaitIsGranted(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
@@ -290,9 +296,14 @@ func TestEstimatesFollowTheNetworkWhenNoWaitIsGranted(t *testing.T) {
 	if most := deadline - 7*oneWay; stale > most {
 		t.Fatalf("bound %v after one slow ROLLBACK: more than %v, the deadline less the 3.5 slow round trips measured", stale, most)
 	}
+	least := deadline - 4*oneWay
 	fresh := wait()
-	if least := deadline - 4*oneWay; fresh < least {
-		t.Fatalf("bound %v after a fast ROLLBACK: less than %v, still keeping the slow round trips back", fresh, least)
+	if fresh < least {
+		t.Logf("bound %v after one ROLLBACK on loopback: one more", fresh)
+		fresh = wait()
+	}
+	if fresh < least {
+		t.Fatalf("bound %v after two ROLLBACKs on loopback: less than %v, still keeping the slow round trips back", fresh, least)
 	}
 	t.Logf("bounds for a %v deadline: %v at 100 ms each way, then on loopback %v (slow estimates), %v (after a fast ROLLBACK)",
 		deadline, slow, stale, fresh)

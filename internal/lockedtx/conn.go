@@ -7,8 +7,8 @@ import (
 )
 
 // connState is what this package keeps with a pgx connection. It lives in
-// the connection's pgconn CustomData, used by one goroutine at a time with
-// the connection: no package state, and it goes when the connection does.
+// the connection's pgconn CustomData, used by the goroutine that holds the
+// connection: no package state, and it goes when the connection does.
 type connState struct {
 	// cachesStatements: the connection runs in pgx's default mode,
 	// QueryExecModeCacheStatement (prepareBatch). Kept here because
@@ -20,7 +20,9 @@ type connState struct {
 	// which measured a round trip into est (prepareBatch).
 	prepared bool
 	// est is the round-trip and hold estimates that bound a
-	// deadline-bound lock wait on the connection (Attempt.bind).
+	// deadline-bound lock wait on the connection (Attempt.bind). Unlike
+	// the fields above it is safe for concurrent use: an attempt feeds it
+	// after COMMIT, when the connection may be back in its pool.
 	est waitbound.Estimates
 }
 
