@@ -12,7 +12,6 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/pgtest"
-	"github.com/sqlock/sqlock/internal/schedlag"
 	"github.com/sqlock/sqlock/retry"
 )
 
@@ -152,11 +151,8 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 func TestFirstDeadlineWaitOverASlowNetworkAnswersInTime(t *testing.T) {
 	leakCheck(t)
 	db := pgtest.New(t)
-	p := pgtest.StartProxy(t, db.DSN)
 	const oneWay = 100 * time.Millisecond
-	if err := p.SetDelay(pgtest.BothWays, oneWay, 0); err != nil {
-		t.Fatal(err)
-	}
+	p := pgtest.StartSlowProxy(t, db.DSN, oneWay)
 	conn := admin(t, db)
 	for _, c := range []struct {
 		name string
@@ -190,27 +186,21 @@ func TestFirstDeadlineWaitOverASlowNetworkAnswersInTime(t *testing.T) {
 			if err := l.Verify(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			const deadline = 3 * time.Second
-			ctx, cancel := context.WithTimeout(context.Background(), deadline)
-			defer cancel()
-			dl, _ := ctx.Deadline()
-			lag, server := schedlag.Start(), db.WatchLatency()
-			called := time.Now()
-			_, err := l.Lock(ctx, key)
-			answered := time.Now()
-			late, slowest := lag.Stop(), server.Stop()
-			if !errors.Is(err, advisory.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("got %v, want ErrTimeout matching context.DeadlineExceeded", err)
+			r := db.RunToDeadline(3*time.Second, func(ctx context.Context) error {
+				_, err := l.Lock(ctx, key)
+				return err
+			})
+			if !errors.Is(r.Err, advisory.ErrTimeout) || !errors.Is(r.Err, context.DeadlineExceeded) {
+				t.Fatalf("got %v, want ErrTimeout matching context.DeadlineExceeded", r.Err)
 			}
-			after := answered.Sub(dl)
-			if after > 2*(late+slowest) {
-				t.Fatalf("the answer came %v after the deadline, %v after the call (timers ran up to %v late, the server's slowest SELECT 1 took %v): %v",
-					after, answered.Sub(called), late, slowest, err)
+			if r.After > r.Allowed {
+				t.Fatalf("the answer came %v after the deadline, %v after the call (allowed: %v, for late timers and a slow server): %v",
+					r.After, r.Took, r.Allowed, r.Err)
 			}
-			if after < 0 && retry.SQLState(err) != "55P03" {
-				t.Fatalf("answered before the deadline, but not by the server's lock_timeout (55P03): %v", err)
+			if r.After < 0 && retry.SQLState(r.Err) != "55P03" {
+				t.Fatalf("answered before the deadline, but not by the server's lock_timeout (55P03): %v", r.Err)
 			}
-			t.Logf("answered %v before the deadline (timers up to %v late, the server's slowest SELECT 1 %v)", dl.Sub(answered), late, slowest)
+			t.Logf("answered %v before the deadline (allowed %v late)", -r.After, r.Allowed)
 		})
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/observetest"
 	"github.com/sqlock/sqlock/internal/pgtest"
-	"github.com/sqlock/sqlock/internal/schedlag"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/txlock"
@@ -179,11 +178,8 @@ func TestCancelEndsDeadlineBoundWait(t *testing.T) {
 func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
-	p := pgtest.StartProxy(t, db.DSN)
 	const oneWay = 100 * time.Millisecond
-	if err := p.SetDelay(pgtest.BothWays, oneWay, 0); err != nil {
-		t.Fatal(err)
-	}
+	p := pgtest.StartSlowProxy(t, db.DSN, oneWay)
 	key := advisory.KeyOf("deadline:prepare")
 	cfg, err := pgx.ParseConfig(p.DSN)
 	if err != nil {
@@ -223,27 +219,19 @@ func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 			defer h.release()
 			do := c.open()
 			const deadline = 3 * time.Second
-			ctx, cancel := context.WithTimeout(context.Background(), deadline)
-			defer cancel()
-			dl, _ := ctx.Deadline()
-			lag, server := schedlag.Start(), db.WatchLatency()
-			called := time.Now()
-			err := do(ctx, txlock.WithTimeout(time.Hour))
-			answered := time.Now()
-			late, slowest := lag.Stop(), server.Stop()
+			r := db.RunToDeadline(deadline, func(ctx context.Context) error { return do(ctx, txlock.WithTimeout(time.Hour)) })
 			var le *lockedtx.LockError
-			if !errors.As(err, &le) || retry.SQLState(err) != "55P03" {
-				t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", err)
+			if !errors.As(r.Err, &le) || retry.SQLState(r.Err) != "55P03" {
+				t.Fatalf("got %v, want the server's lock_timeout (55P03) to have ended the wait", r.Err)
 			}
 			if most := deadline - 4*oneWay - 7*oneWay; le.Timeout > most {
 				t.Fatalf("wait bound %v: more than %v, the deadline less the prepare's two round trips and 3.5 round trips kept back", le.Timeout, most)
 			}
-			if after := answered.Sub(dl); after > 2*(late+slowest) {
-				t.Fatalf("the 55P03 came %v after the deadline, %v after the call, with a wait bound of %v (timers ran up to %v late, the server's slowest SELECT 1 took %v)",
-					after, answered.Sub(called), le.Timeout, late, slowest)
+			if r.After > r.Allowed {
+				t.Fatalf("the 55P03 came %v after the deadline, %v after the call, with a wait bound of %v (allowed: %v, for late timers and a slow server)",
+					r.After, r.Took, le.Timeout, r.Allowed)
 			}
-			t.Logf("wait bound %v for a deadline of %v; answered %v before it (timers up to %v late, the server's slowest SELECT 1 %v)",
-				le.Timeout, deadline, dl.Sub(answered), late, slowest)
+			t.Logf("wait bound %v for a deadline of %v; answered %v before it (allowed %v late)", le.Timeout, deadline, -r.After, r.Allowed)
 		})
 	}
 }
@@ -261,11 +249,8 @@ func TestDeadlineBoundIsFixedAfterTheFirstUsePrepares(t *testing.T) {
 func TestEstimatesFollowTheNetworkWhenNoWaitIsGranted(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
-	p := pgtest.StartProxy(t, db.DSN)
 	const oneWay = 100 * time.Millisecond
-	if err := p.SetDelay(pgtest.BothWays, oneWay, 0); err != nil {
-		t.Fatal(err)
-	}
+	p := pgtest.StartSlowProxy(t, db.DSN, oneWay)
 	key := advisory.KeyOf("deadline:estimates")
 	h := holdLocks(t, db, false, key)
 	defer h.release()

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlock/sqlock/internal/schedlag"
 )
 
 // LatencyWatch samples the server's round trip while a test waits: a
@@ -63,4 +65,33 @@ func (w *LatencyWatch) Stop() time.Duration {
 	}
 	<-w.done
 	return time.Duration(w.slowest.Load())
+}
+
+// DeadlineRun is what [DB.RunToDeadline] measured of one call.
+type DeadlineRun struct {
+	Err   error
+	Took  time.Duration // from the call to its return
+	After time.Duration // its return less the deadline: negative when in time
+	// Allowed is how late a return may be on this machine now: twice the
+	// sum of the client's timer lateness (schedlag) and the server's
+	// slowest round trip (LatencyWatch), both measured during the call.
+	Allowed time.Duration
+}
+
+// RunToDeadline calls call with a context whose deadline is timeout away,
+// watching the client's timers and the server's round trip meanwhile, for
+// tests of a promise to answer before a deadline: such a promise holds
+// while the machine and the server answer, and a stall of either is
+// measured rather than guessed.
+func (d *DB) RunToDeadline(timeout time.Duration, call func(ctx context.Context) error) DeadlineRun {
+	d.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	lag, server := schedlag.Start(), d.WatchLatency()
+	called := time.Now()
+	err := call(ctx)
+	returned := time.Now()
+	late, slowest := lag.Stop(), server.Stop()
+	return DeadlineRun{Err: err, Took: returned.Sub(called), After: returned.Sub(deadline), Allowed: 2 * (late + slowest)}
 }

@@ -69,6 +69,17 @@ func StartProxy(tb testing.TB, dsn string) *Proxy {
 	return p
 }
 
+// StartSlowProxy is [StartProxy] with every byte delayed by oneWay in each
+// direction: a server a round trip of 2 × oneWay away.
+func StartSlowProxy(tb testing.TB, dsn string, oneWay time.Duration) *Proxy {
+	tb.Helper()
+	p := StartProxy(tb, dsn)
+	if err := p.SetDelay(BothWays, oneWay, 0); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return p
+}
+
 // RunProxy is [StartProxy] without a testing.TB: the caller closes the
 // proxy. A DSN whose host is a directory names the server's Unix socket.
 func RunProxy(dsn string) (*Proxy, error) {
