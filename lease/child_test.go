@@ -84,8 +84,13 @@ func exclusionChild() int {
 		return 2
 	}
 	defer closeHandles(db, pool)
+	ttl, err := time.ParseDuration(os.Getenv("LEASE_TTL"))
+	if err != nil {
+		fmt.Println("LEASE_TTL:", err)
+		return 2
+	}
 	return exclusiontest.Child(func(ctx context.Context, me string, k int) exclusiontest.Outcome {
-		l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), 500*time.Millisecond)
+		l, err := m.Acquire(ctx, "excl:"+strconv.Itoa(k), ttl)
 		if err != nil {
 			return exclusiontest.Outcome{Err: err}
 		}

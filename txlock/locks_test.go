@@ -3,6 +3,7 @@ package txlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -376,6 +377,34 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 			h.release()
 			waitNoLocks(t, admin)
 		})
+	}
+}
+
+// A deadline that passed before the call (or before a retry) is the same
+// typed timeout as a wait the deadline ended, as advisory answers the same
+// context: ErrTimeout matching context.DeadlineExceeded, one Timeout
+// event, fn not run, nothing retried, for a waiting and a try-once call.
+func TestDeadlinePassedBeforeTheCallIsTheTypedTimeout(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	key := advisory.KeyOf("deadline:passed")
+	for _, be := range backends(t, db) {
+		for _, opts := range [][]txlock.Option{nil, {txlock.TryOnce()}} {
+			t.Run(fmt.Sprintf("%s/try-once=%v", be.name, opts != nil), func(t *testing.T) {
+				var evs observetest.Recorder
+				ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+				defer cancel()
+				ran := false
+				err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
+					append(opts, txlock.WithObserver(&evs))...)
+				if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, txlock.ErrTimeout) || ran {
+					t.Fatalf("got %v (fn ran: %v), want txlock.ErrTimeout and context.DeadlineExceeded", err, ran)
+				}
+				if evs.Count(observe.LockAcquire, observe.Timeout) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
+					t.Fatalf("events: %+v", evs.Events())
+				}
+			})
+		}
 	}
 }
 

@@ -147,10 +147,16 @@ type runner[T any] struct {
 // attempt runs one attempt: lock (BEGIN and the locks), fn, then COMMIT or
 // ROLLBACK.
 func (r *runner[T]) attempt(ctx context.Context, n int) error {
+	a := &Attempt{n: n, plan: r.plan, cfg: r.cfg, ctx: ctx}
 	if err := ctx.Err(); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The deadline passed before anything was sent: no time left
+			// to wait, the typed timeout a wait the deadline bounded ends
+			// with (and advisory's answer to the same context).
+			return r.lockFailed(a, time.Now(), errNoTime)
+		}
 		return err
 	}
-	a := &Attempt{n: n, plan: r.plan, cfg: r.cfg, ctx: ctx}
 	t := newTxContext(ctx)
 	defer t.cancel()
 	start := time.Now()
