@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +19,9 @@ import (
 // promise that holds only while the server answers (the way package
 // schedlag allows for late timers on the client's side).
 type LatencyWatch struct {
+	tb      testing.TB
 	slowest atomic.Int64 // ns
+	err     error        // why sampling stopped early; read after done
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -31,7 +34,7 @@ func (d *DB) WatchLatency() *LatencyWatch {
 	if err != nil {
 		d.tb.Fatalf("pgtest: %v", err)
 	}
-	w := &LatencyWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w := &LatencyWatch{tb: d.tb, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer conn.Close(ctx)
@@ -40,6 +43,7 @@ func (d *DB) WatchLatency() *LatencyWatch {
 		for {
 			start := time.Now()
 			if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+				w.err = err // a watch that stopped measuring must not pass for a fast server
 				return
 			}
 			if took := int64(time.Since(start)); took > w.slowest.Load() {
@@ -55,15 +59,21 @@ func (d *DB) WatchLatency() *LatencyWatch {
 	return w
 }
 
-// Stop ends the sampling and returns the slowest round trip seen. It is
-// safe to call more than once.
+// Stop ends the sampling and returns the slowest round trip seen; it
+// fails the test if a sample failed (the watch would have stopped
+// measuring the stall it is there to see). Call it from the test's
+// goroutine; it is safe to call more than once.
 func (w *LatencyWatch) Stop() time.Duration {
+	w.tb.Helper()
 	select {
 	case <-w.stop:
 	default:
 		close(w.stop)
 	}
 	<-w.done
+	if w.err != nil {
+		w.tb.Fatalf("pgtest: the latency watch's SELECT 1 failed: %v", w.err)
+	}
 	return time.Duration(w.slowest.Load())
 }
 

@@ -285,3 +285,61 @@ func TestLatency(t *testing.T) {
 	}
 	t.Logf("latency now: %v", lat)
 }
+
+// fatalRecorder is a testing.TB whose Fatalf records instead of ending the
+// test, for helpers whose failure is the behaviour under test.
+type fatalRecorder struct {
+	testing.TB
+	fatal string
+}
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
+}
+
+// TestLatencyWatch: a watch reports the slowest of its samples, and one
+// whose connection dies fails the test at Stop rather than report its last
+// sample as the server's slowest.
+func TestLatencyWatch(t *testing.T) {
+	db := New(t)
+	ctx := context.Background()
+	w := db.WatchLatency()
+	time.Sleep(20 * time.Millisecond)
+	if slowest := w.Stop(); slowest <= 0 {
+		t.Fatalf("slowest round trip %v after 20 ms of sampling", slowest)
+	}
+
+	rec := &fatalRecorder{TB: t}
+	dead := db.Cluster.NewDB(rec)
+	w = dead.WatchLatency()
+	conn, err := pgx.Connect(ctx, dead.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var pids []uint32
+	for len(pids) == 0 {
+		rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pids, err = pgx.CollectRows(rows, pgx.RowTo[uint32]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pid := range pids {
+		if err := db.Cluster.TerminateBackend(ctx, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The watch samples every 5 ms: wait until it has seen the loss, then
+	// stop it.
+	<-w.done
+	w.Stop()
+	if rec.fatal == "" {
+		t.Fatal("Stop after the watch's connection died did not fail the test")
+	}
+	t.Log(rec.fatal)
+}
