@@ -44,6 +44,23 @@ func (a *Attempt) useConn(c *pgx.Conn) {
 	}
 }
 
+// begunAlone records the round trip of a BEGIN that carried no lock (it
+// waits for nothing), sent at sent, for the lock wait that follows it: into
+// the connection's estimates when kept (see useConn), else into the
+// attempt's own (drivers other than pgx's keep none per connection), so
+// that over a slow network even that wait keeps 3.5 round trips back, not
+// only the cold reserve (waitbound.Estimates.Reserve).
+func (a *Attempt) begunAlone(sent time.Time) {
+	if _, ok := a.ctx.Deadline(); !ok || a.plan.tryOnce {
+		return
+	}
+	rtt := time.Since(sent)
+	if a.est == nil {
+		a.est = new(waitbound.Estimates)
+	}
+	a.est.ObserveRTT(rtt)
+}
+
 // bind fixes the attempt's lock wait bound just before the lock statements
 // are sent: the configured timeout, or the time to the caller's deadline
 // less the reserve (waitbound) when that is shorter. It reports false when

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"reflect"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -52,8 +53,12 @@ func SQLBegin(db SQLDB) BeginFunc[*sql.Tx] {
 		}
 		// BeginSQL, with on.BeginTx called directly (a method value would
 		// cost an allocation per transaction).
+		sent := time.Now()
 		tx, err := on.BeginTx(a.foldRequest(ctx), a.cfg.SQLOpts)
 		folded := a.folded() && err == nil
+		if err == nil && !folded {
+			a.begunAlone(sent)
+		}
 		if err != nil {
 			if conn != nil {
 				conn.Close()
@@ -105,10 +110,12 @@ func PgxBegin(db PgxDB) BeginFunc[pgx.Tx] {
 		return connBegin(d)
 	}
 	return func(ctx context.Context, a *Attempt) (pgx.Tx, Tx, bool, error) {
+		sent := time.Now()
 		tx, err := db.BeginTx(ctx, a.cfg.PgxOpts)
 		if err != nil {
 			return nil, nil, false, err
 		}
+		a.begunAlone(sent)
 		return tx, pgxTx{tx: tx}, false, nil
 	}
 }

@@ -54,11 +54,14 @@ func BeginPgx(ctx context.Context, conn *pgx.Conn, a *Attempt) (tx pgx.Tx, folde
 	o := a.cfg.PgxOpts
 	if o.BeginQuery != "" {
 		a.useConn(conn)
+		sent := time.Now()
 		tx, err := conn.BeginTx(ctx, o)
 		if err != nil {
 			abortBegin(ctx, conn)
+			return nil, false, err
 		}
-		return tx, false, err
+		a.begunAlone(sent)
+		return tx, false, nil
 	}
 	o, _ = normalPgxOptions(o) // validated by newPlan
 	tx, err = beginBatch(ctx, conn, a, o)
