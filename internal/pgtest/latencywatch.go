@@ -29,12 +29,25 @@ type LatencyWatch struct {
 // WatchLatency starts a LatencyWatch on d (directly, not through a proxy).
 func (d *DB) WatchLatency() *LatencyWatch {
 	d.tb.Helper()
+	return WatchLatencyAt(d.tb, d.DSN)
+}
+
+// WatchLatencyAt starts a LatencyWatch on the server dsn names: a pooler
+// in front of it (PgBouncer), say, whose own stalls then count too. It
+// sends SELECT 1 in the simple protocol, which every pool mode serves.
+func WatchLatencyAt(tb testing.TB, dsn string) *LatencyWatch {
+	tb.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, d.DSN)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		d.tb.Fatalf("pgtest: %v", err)
+		tb.Fatalf("pgtest: %v", err)
 	}
-	w := &LatencyWatch{tb: d.tb, stop: make(chan struct{}), done: make(chan struct{})}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	w := &LatencyWatch{tb: tb, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer conn.Close(ctx)
@@ -77,6 +90,31 @@ func (w *LatencyWatch) Stop() time.Duration {
 	return time.Duration(w.slowest.Load())
 }
 
+// Allowance measures how late an answer may come on this machine now, for
+// tests of a promise to answer in time: such a promise holds while the
+// machine and the server answer, and a stall of either is measured rather
+// than guessed.
+type Allowance struct {
+	lag    *schedlag.Watch
+	server *LatencyWatch
+}
+
+// StartAllowance starts watching the client's timers (schedlag) and the
+// round trip to the server dsn names (WatchLatencyAt).
+func StartAllowance(tb testing.TB, dsn string) *Allowance {
+	tb.Helper()
+	return &Allowance{lag: schedlag.Start(), server: WatchLatencyAt(tb, dsn)}
+}
+
+// Stop ends the watch and returns the allowance: twice the sum of the
+// latest a client timer fired and the slowest round trip to the server
+// (a late goroutine, or a starved server or pooler, delays an answer by
+// as much).
+func (a *Allowance) Stop() time.Duration {
+	a.server.tb.Helper()
+	return 2 * (a.lag.Stop() + a.server.Stop())
+}
+
 // DeadlineRun is what [DB.RunToDeadline] measured of one call.
 type DeadlineRun struct {
 	Err   error
@@ -98,10 +136,9 @@ func (d *DB) RunToDeadline(timeout time.Duration, call func(ctx context.Context)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	lag, server := schedlag.Start(), d.WatchLatency()
+	allowance := StartAllowance(d.tb, d.DSN)
 	called := time.Now()
 	err := call(ctx)
 	returned := time.Now()
-	late, slowest := lag.Stop(), server.Stop()
-	return DeadlineRun{Err: err, Took: returned.Sub(called), After: returned.Sub(deadline), Allowed: 2 * (late + slowest)}
+	return DeadlineRun{Err: err, Took: returned.Sub(called), After: returned.Sub(deadline), Allowed: allowance.Stop()}
 }
