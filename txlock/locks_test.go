@@ -2,6 +2,7 @@ package txlock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/lockedtx"
@@ -405,6 +407,77 @@ func TestDeadlinePassedBeforeTheCallIsTheTypedTimeout(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A deadline that passes while the call waits for a pooled connection
+// (every one of them busy) is the same typed timeout: ErrTimeout matching
+// context.DeadlineExceeded, one Timeout event, fn not run, nothing retried
+// — on a pgx pool and on database/sql, as advisory answers the same wait.
+// (Beside CPU hogs, a pool that had to dial met the deadline this way and
+// the caller got the bare context error.)
+func TestDeadlineWhileWaitingForAConnectionIsTheTypedTimeout(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	key := advisory.KeyOf("deadline:pool")
+	cfg, err := pgx.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each case opens a pool of one connection, takes that connection for
+	// the test's own use, and returns the call to make.
+	type call func(ctx context.Context, fn func() error, opts ...txlock.Option) error
+	sqlCase := func(h *sql.DB) call {
+		t.Cleanup(func() { h.Close() })
+		h.SetMaxOpenConns(1)
+		c, err := h.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return func(ctx context.Context, fn func() error, opts ...txlock.Option) error {
+			return txlock.Do(ctx, h, key, func(context.Context, *sql.Tx) error { return fn() }, opts...)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		open func() call
+	}{
+		{"pgxpool", func() call {
+			p := db.OpenPool(func(c *pgxpool.Config) { c.MaxConns = 1 })
+			c, err := p.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Release)
+			return func(ctx context.Context, fn func() error, opts ...txlock.Option) error {
+				return txlock.DoPgx(ctx, p, key, func(context.Context, pgx.Tx) error { return fn() }, opts...)
+			}
+		}},
+		{"database/sql (pgx)", func() call { return sqlCase(stdlib.OpenDB(*cfg)) }},
+		{"OpenDB", func() call { return sqlCase(txlock.OpenDB(*cfg)) }},
+		{"lib/pq", func() call {
+			h, err := sql.Open("postgres", db.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sqlCase(h)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			do := c.open()
+			var evs observetest.Recorder
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			ran := false
+			err := do(ctx, func() error { ran = true; return nil }, txlock.WithObserver(&evs))
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, txlock.ErrTimeout) || ran {
+				t.Fatalf("got %v (fn ran: %v), want txlock.ErrTimeout and context.DeadlineExceeded", err, ran)
+			}
+			if evs.Count(observe.LockAcquire, observe.Timeout) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
+				t.Fatalf("events: %+v", evs.Events())
+			}
+		})
 	}
 }
 

@@ -315,7 +315,10 @@ func (r *runner[T]) lockFailed(a *Attempt, start time.Time, err error) error {
 		code == pgerr.InvalidTextRepr && strings.Contains(err.Error(), notAcquiredMarker)):
 		ev.Outcome = observe.Busy
 		err = &LockError{Keys: p.keys, Shared: p.shared, TryOnce: true, Wait: wait}
-	case errors.Is(err, errNoTime):
+	case errors.Is(err, errNoTime) || err == context.DeadlineExceeded:
+		// No time left to wait, or the deadline came first while the
+		// attempt waited for a pooled connection (or a server that did not
+		// answer): the typed timeout, as advisory answers the same.
 		ev.Outcome = observe.Timeout
 		err = &LockError{Keys: p.keys, Shared: p.shared, Wait: wait, ByDeadline: true}
 	case code == pgerr.LockNotAvailable:
