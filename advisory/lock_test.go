@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -250,15 +253,31 @@ func TestTimeoutSettingsNotLeft(t *testing.T) {
 		}
 		for _, bc := range backends {
 			l := bc.open(t, db, advisory.WithTimeout(time.Minute))
-			got := make(chan error, 1)
-			go func() {
-				lk, err := l.Lock(ctx, key)
-				if err == nil {
-					err = lk.Release(ctx)
+			var got chan error
+			// Until the wait's own statement lifts them, the session's
+			// 50 ms apply: beside CPU hogs a statement before it (the
+			// first use's probe, say) can be cancelled by them (57014)
+			// before anything waits. That is the server doing as it was
+			// told, not the wait being cut, so such a call is tried again,
+			// a few times; a wait cut by them fails every time.
+			for attempt := 1; ; attempt++ {
+				got = make(chan error, 1)
+				go func() {
+					lk, err := l.Lock(ctx, key)
+					if err == nil {
+						err = lk.Release(ctx)
+					}
+					got <- err
+				}()
+				queued, err := waitQueued(t, conn, key, got)
+				if queued {
+					break
 				}
-				got <- err
-			}()
-			waitUntil(t, "the waiter queues", func() bool { return waiting(t, conn, key) == 1 })
+				if pgerr.Code(err) != pgerr.QueryCanceled || attempt == 5 {
+					t.Fatalf("%s: Lock ended before it waited (attempt %d): %v", bc.name, attempt, err)
+				}
+				t.Logf("%s: a statement before the wait hit the session's statement_timeout: %v", bc.name, err)
+			}
 			// Well past both session defaults: the wait is governed by the
 			// wait timeout alone.
 			time.Sleep(300 * time.Millisecond)
@@ -273,6 +292,24 @@ func TestTimeoutSettingsNotLeft(t *testing.T) {
 			}
 		}
 	})
+}
+
+// waitQueued waits until one session waits for key (true), or the call
+// reporting on got ends first (false, and its error).
+func waitQueued(t *testing.T, conn *pgx.Conn, key advisory.Key, got <-chan error) (bool, error) {
+	t.Helper()
+	var err error
+	ended := false
+	waitUntil(t, "the waiter queues", func() bool {
+		select {
+		case err = <-got:
+			ended = true
+			return true
+		default:
+			return waiting(t, conn, key) == 1
+		}
+	})
+	return !ended, err
 }
 
 func mustInt64(k advisory.Key) int64 {
