@@ -235,7 +235,7 @@ func ExampleLease_Release() {
 		log.Fatal(err)
 	}
 	leases := lease.New(pool, exampleTable)
-	l, err := leases.Acquire(ctx, "release-me", time.Second)
+	l, err := leases.Acquire(ctx, "release-me", time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}

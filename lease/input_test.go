@@ -103,7 +103,7 @@ func TestUseAfterReleaseIsRefusedWithoutASend(t *testing.T) {
 	db := newDB(t)
 	h := openSQL(t, "pgx", db.DSN)
 	m := lease.New(h)
-	l := must[*lease.Lease](t)(m.Acquire(ctx, "once", time.Second))
+	l := must[*lease.Lease](t)(m.Acquire(ctx, "once", roomyTTL))
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

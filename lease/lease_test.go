@@ -17,18 +17,18 @@ func TestAcquireExcludesAndReleaseLetsTheNextIn(t *testing.T) {
 		m := bc.open(t, db.DSN)
 		other := bc.open(t, db.DSN)
 		name := "job:" + bc.name
-		l1 := must[*lease.Lease](t)(m.Acquire(ctx, name, time.Second))
+		l1 := must[*lease.Lease](t)(m.Acquire(ctx, name, roomyTTL))
 		if l1.Token() <= 0 || l1.Name() != name {
 			t.Fatalf("lease %q token %d", l1.Name(), l1.Token())
 		}
-		_, err := other.TryAcquire(ctx, name, time.Second)
+		_, err := other.TryAcquire(ctx, name, roomyTTL)
 		if !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("TryAcquire of a held lease: %v, want ErrNotAcquired", err)
 		}
 		if err := l1.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		l2 := must[*lease.Lease](t)(other.TryAcquire(ctx, name, time.Second))
+		l2 := must[*lease.Lease](t)(other.TryAcquire(ctx, name, roomyTTL))
 		if l2.Token() <= l1.Token() {
 			t.Fatalf("token %d after %d: not increasing", l2.Token(), l1.Token())
 		}

@@ -29,6 +29,11 @@ func TestMain(m *testing.M) {
 	pgtest.MainWithDSN(m)
 }
 
+// roomyTTL is the TTL of tests about anything but expiry: one no stall of
+// a busy machine outlives (beside CPU hogs, a 1 s lease expired between
+// its acquisition and its release).
+const roomyTTL = time.Minute
+
 // backendCase is one handle type a Manager runs on.
 type backendCase struct {
 	name string

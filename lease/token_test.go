@@ -35,7 +35,7 @@ func TestTokensIncreaseAcrossDeletedRowsAndARecreatedTable(t *testing.T) {
 	last := int64(0)
 	take := func(name string) {
 		t.Helper()
-		l := must[*lease.Lease](t)(m.TryAcquire(ctx, name, time.Second))
+		l := must[*lease.Lease](t)(m.TryAcquire(ctx, name, roomyTTL))
 		if l.Token() <= last {
 			t.Fatalf("token %d after %d", l.Token(), last)
 		}
@@ -75,7 +75,7 @@ func TestTokensSurviveAServerCrash(t *testing.T) {
 	m := lease.New(db.SQL())
 	var last int64
 	for range 3 {
-		l := must[*lease.Lease](t)(m.TryAcquire(ctx, "crash", time.Second))
+		l := must[*lease.Lease](t)(m.TryAcquire(ctx, "crash", roomyTTL))
 		last = l.Token()
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -88,7 +88,7 @@ func TestTokensSurviveAServerCrash(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var err error
-		l, err = m.TryAcquire(ctx, "crash", time.Second)
+		l, err = m.TryAcquire(ctx, "crash", roomyTTL)
 		if err == nil {
 			break
 		}
@@ -112,7 +112,7 @@ func TestDDLNamesTheConfiguredTable(t *testing.T) {
 	ddl := must[string](t)(lease.DDL(opt))
 	db.Exec(ddl)
 	m := lease.New(db.SQL(), opt)
-	l := must[*lease.Lease](t)(m.TryAcquire(ctx, "x", time.Second))
+	l := must[*lease.Lease](t)(m.TryAcquire(ctx, "x", roomyTTL))
 	defer l.Release(ctx)
 	var n int
 	if err := admin(t, db).QueryRow(ctx, `SELECT count(*) FROM locks."Leases" WHERE token = $1`, l.Token()).Scan(&n); err != nil || n != 1 {
