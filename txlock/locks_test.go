@@ -370,15 +370,24 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 				txlock.WithTimeout(time.Hour), txlock.WithObserver(&evs))
 			// The deadline set the wait's bound: the server ended the wait
 			// (55P03) and the error is a timeout caused by the deadline.
-			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, txlock.ErrTimeout) || ran {
-				t.Fatalf("got %v (fn ran: %v), want txlock.ErrTimeout and context.DeadlineExceeded", err, ran)
-			}
-			if evs.Count(observe.LockAcquire, observe.Timeout) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
-				t.Fatalf("events: %+v", evs.Events())
-			}
+			wantDeadlineTimeout(t, err, ran, &evs)
 			h.release()
 			waitNoLocks(t, admin)
 		})
+	}
+}
+
+// wantDeadlineTimeout fails t unless a call the caller's deadline ended
+// answered with the typed timeout — an error matching ErrTimeout and
+// context.DeadlineExceeded — without running fn, reporting one Timeout
+// event and no retry.
+func wantDeadlineTimeout(t *testing.T, err error, ran bool, evs *observetest.Recorder) {
+	t.Helper()
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, txlock.ErrTimeout) || ran {
+		t.Fatalf("got %v (fn ran: %v), want txlock.ErrTimeout and context.DeadlineExceeded", err, ran)
+	}
+	if evs.Count(observe.LockAcquire, observe.Timeout) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
+		t.Fatalf("events: %+v", evs.Events())
 	}
 }
 
@@ -399,12 +408,7 @@ func TestDeadlinePassedBeforeTheCallIsTheTypedTimeout(t *testing.T) {
 				ran := false
 				err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
 					append(opts, txlock.WithObserver(&evs))...)
-				if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, txlock.ErrTimeout) || ran {
-					t.Fatalf("got %v (fn ran: %v), want txlock.ErrTimeout and context.DeadlineExceeded", err, ran)
-				}
-				if evs.Count(observe.LockAcquire, observe.Timeout) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
-					t.Fatalf("events: %+v", evs.Events())
-				}
+				wantDeadlineTimeout(t, err, ran, &evs)
 			})
 		}
 	}
@@ -471,12 +475,7 @@ func TestDeadlineWhileWaitingForAConnectionIsTheTypedTimeout(t *testing.T) {
 			defer cancel()
 			ran := false
 			err := do(ctx, func() error { ran = true; return nil }, txlock.WithObserver(&evs))
-			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, txlock.ErrTimeout) || ran {
-				t.Fatalf("got %v (fn ran: %v), want txlock.ErrTimeout and context.DeadlineExceeded", err, ran)
-			}
-			if evs.Count(observe.LockAcquire, observe.Timeout) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
-				t.Fatalf("events: %+v", evs.Events())
-			}
+			wantDeadlineTimeout(t, err, ran, &evs)
 		})
 	}
 }
