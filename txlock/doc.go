@@ -10,8 +10,8 @@
 //
 // [DoOptimistic] is optimistic locking that queues when the key turns hot:
 // fn's first attempt runs lock-free, the attempts after a conflict hold the
-// key's lock, and with [WithHotKeys] new calls queue at once while many
-// wait.
+// key's lock, and with [WithHotKeys] new calls queue at once while one
+// waits, or when a crowd arrives on a cold key.
 //
 // Start with [Do] (database/sql) or [DoPgx] (pgx); open the *sql.DB with
 // [OpenDB] (or [WrapConnector]) and BEGIN carries the lock, so a locked

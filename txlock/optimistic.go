@@ -24,16 +24,17 @@ type Querier interface {
 // queue: how many of their locked attempts wait for the key's lock or hold
 // it. Make one per handle (a field beside the *sql.DB) and pass it to
 // every DoOptimistic call on that handle with [WithHotKeys]. The zero value
-// is ready; it is 1 KiB, however many keys, and is safe for concurrent use.
+// is ready; it is 2 KiB, however many keys, and is safe for concurrent use.
 // It must not be copied after first use.
 type HotKeys struct{ h lockedtx.HotKeys }
 
-// WithHotKeys makes DoOptimistic count its locked attempts in h and, while
-// one of the attempts sharing h waits for the key's lock or holds it, start
-// a new call with a locked attempt instead of a lock-free one. Lock-free first
-// attempts that barge past a queue win at the cost of the holder they
-// overtook, which then reads a stale row and queues again: the tail this
-// option removes. A nil h, or WithHotKeys on any call but DoOptimistic, is
+// WithHotKeys makes DoOptimistic count its attempts in h and, while one of
+// the attempts sharing h waits for the key's lock or holds it, or four
+// lock-free first attempts run on the key at once, start a new call with a
+// locked attempt instead of a lock-free one. Lock-free first attempts that
+// barge past a queue win at the cost of the holder they overtook, which
+// then reads a stale row and queues again; a crowd of them all read the
+// same version, and all but one conflict: the tails this option removes. A nil h, or WithHotKeys on any call but DoOptimistic, is
 // refused with an error matching sqlock.ErrInvalidOption.
 func WithHotKeys(h *HotKeys) Option {
 	return func(c *lockedtx.Config) {
@@ -54,8 +55,10 @@ func WithHotKeys(h *HotKeys) Option {
 // PostgreSQL's lock queue instead of colliding again. There is no backoff
 // between attempts: the queue is the wait ([WithRetry] can set one). With
 // [WithHotKeys], while an attempt on key of the calls sharing the
-// [HotKeys] waits for its lock or holds it, a new call's first attempt is a
-// locked one too, rather than barging past it (see docs/txlock.md).
+// [HotKeys] waits for its lock or holds it, or four lock-free first
+// attempts on key run at once, a new call's first attempt is a locked one
+// too, rather than barging past it or joining the crowd (see
+// docs/txlock.md).
 //
 // fn must re-read what it depends on, on q, at every attempt, and guard its
 // writes (a versioned write); the lock is held for one attempt's

@@ -453,6 +453,73 @@ func TestDoOptimisticQueuesNewCallsWhileKeyIsHot(t *testing.T) {
 	}
 }
 
+// A crowd of calls that starts on a cold key at once runs at most four
+// lock-free first attempts together: the others queue for the lock at
+// once, rather than all reading the same version and all but one
+// conflicting. Without WithHotKeys every first attempt is lock-free. The
+// lock-free attempts are held inside fn until every call has entered it,
+// so the count is exact at any speed; the row ends with every increment.
+func TestDoOptimisticCrowdOnAColdKeyRunsFourLockFree(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	db.Exec(optimisticSchema)
+	db.Exec("INSERT INTO vcounter (id, n) VALUES (1, 0)")
+	h := sqlHandle(t, db, beFold)
+	h.SetMaxOpenConns(40)
+	ctx := context.Background()
+	key := advisory.KeyOf("optimistic:crowd")
+	const calls = 16
+	crowd := func(opts ...txlock.Option) (lockFree, locked int) {
+		t.Helper()
+		var entered sync.WaitGroup
+		entered.Add(calls)
+		release := make(chan struct{})
+		var mu sync.Mutex
+		errs := make(chan error, calls)
+		for range calls {
+			go func() {
+				first := true
+				errs <- txlock.DoOptimistic(ctx, h, key, func(ctx context.Context, q txlock.Querier) error {
+					if first {
+						first = false
+						_, tx := q.(*sql.Tx)
+						mu.Lock()
+						if tx {
+							locked++
+						} else {
+							lockFree++
+						}
+						mu.Unlock()
+						entered.Done()
+						if !tx {
+							<-release
+						}
+					}
+					return incrementVersioned(ctx, q, 1)
+				}, append(opts, txlock.WithRetry(retry.WithMaxAttempts(calls+1)))...)
+			}()
+		}
+		entered.Wait()
+		close(release)
+		for range calls {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		return lockFree, locked
+	}
+	var hot txlock.HotKeys
+	if free, locked := crowd(txlock.WithHotKeys(&hot)); free != 4 || locked != calls-4 {
+		t.Fatalf("with WithHotKeys: %d first attempts lock-free, %d locked; want 4 and %d", free, locked, calls-4)
+	}
+	if free, locked := crowd(); free != calls || locked != 0 {
+		t.Fatalf("without WithHotKeys: %d first attempts lock-free, %d locked; want %d and 0", free, locked, calls)
+	}
+	if n := vcount(t, db.SQL(), 1); n != 2*calls {
+		t.Fatalf("row = %d, want %d", n, 2*calls)
+	}
+}
+
 // Bad input is refused before fn runs, with the typed errors Do uses, and
 // the options that would defeat the point (no retry, a shared lock, a lock
 // that does not wait) are invalid options.

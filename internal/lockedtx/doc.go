@@ -24,7 +24,7 @@
 //	           carrying it.
 //	errors.go  the errors txlock exports (COMMIT errors are read by
 //	           internal/pgerr).
-//	hot.go     for txlock.DoOptimistic (Config.Unlocked): the count of each
-//	           key's queued attempts that decides whether a new call's first
-//	           attempt runs unlocked.
+//	hot.go     for txlock.DoOptimistic (Config.Unlocked): the counts of each
+//	           key's running attempts, locked and lock-free, that decide
+//	           whether a new call's first attempt runs unlocked.
 package lockedtx

@@ -6,36 +6,73 @@ import (
 	"github.com/sqlock/sqlock/advisory"
 )
 
-// HotKeys counts, per key, the locked attempts of txlock.DoOptimistic
-// calls that share it and are waiting for the key's lock or holding it.
-// While one is, the key is hot: a new call's first attempt takes the lock
-// at once instead of running unlocked. Unlocked, it would barge past the
-// queue — and, when it wins, the holder it overtook reads a stale row,
-// fails under the lock and queues again at the back: the tail the queue is
-// there to remove. A threshold of 16 was tried first, on the argument that
-// with a few contenders lock-free writes (whose serial section is an
-// UPDATE, a locked transaction's BEGIN to COMMIT) move more rows per
-// second; on the contention sweep they did not (at 4 and 16 workers about
-// txlock's throughput either way), and barging left a p99 4 to 9 times
-// txlock's between 2 and 16 workers.
+// HotKeys counts, per key, the attempts of txlock.DoOptimistic calls that
+// share it and are running: the locked ones (waiting for the key's lock or
+// holding it) and the lock-free first ones. While a locked one runs, or
+// more than hotBurst lock-free ones at once, the key is hot: a new call's
+// first attempt takes the lock at once instead of running unlocked.
 //
-// It is a hint, never a guarantee: a fixed table of 256 counters (1 KiB,
+// Unlocked behind a queue, it would barge past it — and, when it wins, the
+// holder it overtook reads a stale row, fails under the lock and queues
+// again at the back: the tail the queue is there to remove. A threshold of
+// 16 queued was tried first, on the argument that with a few contenders
+// lock-free writes (whose serial section is an UPDATE, a locked
+// transaction's BEGIN to COMMIT) move more rows per second; on the
+// contention sweep they did not (at 4 and 16 workers about txlock's
+// throughput either way), and barging left a p99 4 to 9 times txlock's
+// between 2 and 16 workers. The burst is the other way in: many calls that
+// start on a cold key at once (the queue drained, and a crowd of requests
+// arrives) all run lock-free, all but one conflict, and each of those pays
+// a lock-free attempt and then the whole queue; beyond hotBurst of them in
+// flight the rest queue at once.
+//
+// It is a hint, never a guarantee: a fixed table of 256 counters (2 KiB,
 // nothing to allocate or leak, however many keys), indexed by a hash of the
-// key. Keys that share a slot only add up their queues; correctness never
+// key. Keys that share a slot only add up their counts; correctness never
 // depends on it (every attempt guards its writes). Only the calls sharing
 // the HotKeys are counted: the caller decides the scope (one per handle,
-// usually), and other processes' queues are each process's own.
+// usually), and other processes' attempts are each process's own.
 type HotKeys struct {
-	queued [256]atomic.Int32
+	slots [256]atomic.Int64 // locked attempts in the low 32 bits, lock-free ones above
 }
 
-// hotQueue is the queue, in the callers sharing a HotKeys, from which a key
-// is hot: one locked attempt waiting or holding, so that no call of the
-// same HotKeys barges past it (docs/benchmarks.md has the sweep).
-const hotQueue = 1
+const (
+	// hotQueue is the count of locked attempts, in the callers sharing a
+	// HotKeys, from which a key is hot: one waiting or holding, so that no
+	// call of the same HotKeys barges past it (docs/benchmarks.md has the
+	// sweep).
+	hotQueue = 1
+	// hotBurst is the most lock-free first attempts that run on a key at
+	// once: with a few, two rarely read the same version (at 2 workers, 87
+	// of 4,000 optimistic increments conflicted); a crowd that starts
+	// together all read it, and all but one conflict.
+	hotBurst = 4
 
-func (h *HotKeys) queueOf(k advisory.Key) *atomic.Int32 {
+	oneLocked   = 1
+	oneLockFree = 1 << 32
+)
+
+// slot is k's counters.
+func (h *HotKeys) slot(k advisory.Key) *atomic.Int64 {
 	c, o, s := k.Locktag()
 	x := (uint64(c)<<32 | uint64(o)) ^ uint64(s)<<16
-	return &h.queued[(x*0x9E3779B97F4A7C15)>>56]
+	return &h.slots[(x*0x9E3779B97F4A7C15)>>56]
 }
+
+// enterLockFree counts a lock-free first attempt on k and reports whether
+// it may run, the key not hot; if not, nothing stays counted. A call that
+// may must call leave(oneLockFree) when its attempt ends.
+func (h *HotKeys) enterLockFree(k advisory.Key) bool {
+	c := h.slot(k)
+	v := c.Add(oneLockFree)
+	if v&(oneLockFree-1) < hotQueue && v>>32 <= hotBurst {
+		return true
+	}
+	c.Add(-oneLockFree)
+	return false
+}
+
+// enter counts an attempt on k of kind oneLocked or oneLockFree; leave
+// uncounts it.
+func (h *HotKeys) enter(k advisory.Key, kind int64) { h.slot(k).Add(kind) }
+func (h *HotKeys) leave(k advisory.Key, kind int64) { h.slot(k).Add(-kind) }

@@ -99,12 +99,13 @@ func Run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key,
 			}
 			return r.attempt(ctx, n)
 		}
-		q := cfg.Hot.queueOf(p.keys[0])
-		if n == 1 && q.Load() < hotQueue {
+		hot, k := cfg.Hot, p.keys[0]
+		if n == 1 && hot.enterLockFree(k) {
+			defer hot.leave(k, oneLockFree)
 			return cfg.Unlocked(ctx)
 		}
-		q.Add(1)
-		defer q.Add(-1)
+		hot.enter(k, oneLocked)
+		defer hot.leave(k, oneLocked)
 		return r.attempt(ctx, n)
 	})
 }
