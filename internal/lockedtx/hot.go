@@ -33,8 +33,12 @@ import (
 // the HotKeys are counted: the caller decides the scope (one per handle,
 // usually), and other processes' attempts are each process's own.
 type HotKeys struct {
-	slots [256]atomic.Int64 // locked attempts in the low 32 bits, lock-free ones above
+	slots [256]hotSlot
 }
+
+// hotSlot is the counts of the keys that hash to it: locked attempts in the
+// low 32 bits, lock-free ones above.
+type hotSlot struct{ n atomic.Int64 }
 
 const (
 	// hotQueue is the count of locked attempts, in the callers sharing a
@@ -52,27 +56,25 @@ const (
 	oneLockFree = 1 << 32
 )
 
-// slot is k's counters.
-func (h *HotKeys) slot(k advisory.Key) *atomic.Int64 {
+// slot is k's counts.
+func (h *HotKeys) slot(k advisory.Key) *hotSlot {
 	c, o, s := k.Locktag()
 	x := (uint64(c)<<32 | uint64(o)) ^ uint64(s)<<16
 	return &h.slots[(x*0x9E3779B97F4A7C15)>>56]
 }
 
-// enterLockFree counts a lock-free first attempt on k and reports whether
-// it may run, the key not hot; if not, nothing stays counted. A call that
-// may must call leave(oneLockFree) when its attempt ends.
-func (h *HotKeys) enterLockFree(k advisory.Key) bool {
-	c := h.slot(k)
-	v := c.Add(oneLockFree)
+// enterLockFree counts a lock-free first attempt and reports whether it may
+// run, the key not hot; if not, nothing stays counted. One that may calls
+// leaveLockFree when it ends.
+func (s *hotSlot) enterLockFree() bool {
+	v := s.n.Add(oneLockFree)
 	if v&(oneLockFree-1) < hotQueue && v>>32 <= hotBurst {
 		return true
 	}
-	c.Add(-oneLockFree)
+	s.n.Add(-oneLockFree)
 	return false
 }
 
-// enter counts an attempt on k of kind oneLocked or oneLockFree; leave
-// uncounts it.
-func (h *HotKeys) enter(k advisory.Key, kind int64) { h.slot(k).Add(kind) }
-func (h *HotKeys) leave(k advisory.Key, kind int64) { h.slot(k).Add(-kind) }
+func (s *hotSlot) leaveLockFree() { s.n.Add(-oneLockFree) }
+func (s *hotSlot) enterLocked()   { s.n.Add(oneLocked) }
+func (s *hotSlot) leaveLocked()   { s.n.Add(-oneLocked) }

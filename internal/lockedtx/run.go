@@ -99,13 +99,13 @@ func Run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key,
 			}
 			return r.attempt(ctx, n)
 		}
-		hot, k := cfg.Hot, p.keys[0]
-		if n == 1 && hot.enterLockFree(k) {
-			defer hot.leave(k, oneLockFree)
+		hot := cfg.Hot.slot(p.keys[0])
+		if n == 1 && hot.enterLockFree() {
+			defer hot.leaveLockFree()
 			return cfg.Unlocked(ctx)
 		}
-		hot.enter(k, oneLocked)
-		defer hot.leave(k, oneLocked)
+		hot.enterLocked()
+		defer hot.leaveLocked()
 		return r.attempt(ctx, n)
 	})
 }
