@@ -74,7 +74,7 @@ func hybridMarkdown(all []contention.Result, workers []int, rounds int, load str
 	w("`%s` is `txlock.DoOptimistic`: the same re-reading, version-guarded increment as optimistic+retry, ", contention.Hybrid)
 	w("whose first attempt runs lock-free on the `*sql.DB`, whose retries after a conflict run in a transaction ")
 	w("holding the key's advisory lock (folded into BEGIN), and whose new calls queue at once while one of the ")
-	w("callers sharing the run's `txlock.HotKeys` is queued on the key. Targets (#19): throughput ≥ the better of optimistic+retry and ")
+	w("callers sharing the run's `txlock.HotKeys` is queued on the key, or four run lock-free on it. Targets (#19): throughput ≥ the better of optimistic+retry and ")
 	w("txlock at every point, p99 at 32 and 64 workers ≤ 1.2× txlock's. Each ratio is taken within one round ")
 	w("(the modes of a point run one after the other); %d rounds, median and [min–max]. ", rounds)
 	w("The machine was shared with other jobs: %s (%d CPUs).\n\n", load, runtime.NumCPU())
