@@ -77,7 +77,7 @@ func hybridMarkdown(all []contention.Result, workers []int, rounds int, load str
 	w("callers sharing the run's `txlock.HotKeys` is queued on the key, or four run lock-free on it. Targets (#19): throughput ≥ the better of optimistic+retry and ")
 	w("txlock at every point, p99 at 32 and 64 workers ≤ 1.2× txlock's. Each ratio is taken within one round ")
 	w("(the modes of a point run one after the other); %d rounds, median and [min–max]. ", rounds)
-	w("The machine was shared with other jobs: %s (%d CPUs).\n\n", load, runtime.NumCPU())
+	w("Load on the machine (%d CPUs; the sweep's own workers and backends count in it): %s.\n\n", runtime.NumCPU(), load)
 	w("| workers | tx/s ÷ best of optimistic, txlock | p99 ÷ txlock's p99 | locked attempts per increment |\n|---|---|---|---|\n")
 	for _, n := range workers {
 		var tput, tail, free []float64
