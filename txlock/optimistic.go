@@ -20,9 +20,9 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// HotKeys is what the DoOptimistic calls sharing it know of each key's
-// queue: how many of their locked attempts wait for the key's lock or hold
-// it. Make one per handle (a field beside the *sql.DB) and pass it to
+// HotKeys is what the DoOptimistic calls sharing it know of each key: how
+// many of their locked attempts wait for the key's lock or hold it, and how
+// many lock-free first attempts run on it. Make one per handle (a field beside the *sql.DB) and pass it to
 // every DoOptimistic call on that handle with [WithHotKeys]. The zero value
 // is ready; it is 2 KiB, however many keys, and is safe for concurrent use.
 // It must not be copied after first use.
@@ -34,8 +34,9 @@ type HotKeys struct{ h lockedtx.HotKeys }
 // locked attempt instead of a lock-free one. Lock-free first attempts that
 // barge past a queue win at the cost of the holder they overtook, which
 // then reads a stale row and queues again; a crowd of them all read the
-// same version, and all but one conflict: the tails this option removes. A nil h, or WithHotKeys on any call but DoOptimistic, is
-// refused with an error matching sqlock.ErrInvalidOption.
+// same version, and all but one conflict: the tails this option removes. A
+// nil h, or WithHotKeys on any call but DoOptimistic, is refused with an
+// error matching sqlock.ErrInvalidOption.
 func WithHotKeys(h *HotKeys) Option {
 	return func(c *lockedtx.Config) {
 		if h == nil {

@@ -499,9 +499,25 @@ func TestDoOptimisticCrowdOnAColdKeyRunsFourLockFree(t *testing.T) {
 				}, append(opts, txlock.WithRetry(retry.WithMaxAttempts(calls+1)))...)
 			}()
 		}
-		entered.Wait()
+		// Locked calls end before the release; a call that fails before
+		// entering fn fails the test rather than leaving it waiting.
+		allEntered := make(chan struct{})
+		go func() { entered.Wait(); close(allEntered) }()
+		ended := 0
+		for waiting := true; waiting; {
+			select {
+			case <-allEntered:
+				waiting = false
+			case err := <-errs:
+				ended++
+				if err != nil {
+					close(release)
+					t.Fatal(err)
+				}
+			}
+		}
 		close(release)
-		for range calls {
+		for ; ended < calls; ended++ {
 			if err := <-errs; err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,8 @@ import (
 // HotKeys counts, per key, the attempts of txlock.DoOptimistic calls that
 // share it and are running: the locked ones (waiting for the key's lock or
 // holding it) and the lock-free first ones. While a locked one runs, or
-// more than hotBurst lock-free ones at once, the key is hot: a new call's
-// first attempt takes the lock at once instead of running unlocked.
+// hotBurst lock-free ones run at once, the key is hot: a new call's first
+// attempt takes the lock at once instead of running unlocked.
 //
 // Unlocked behind a queue, it would barge past it — and, when it wins, the
 // holder it overtook reads a stale row, fails under the lock and queues
@@ -23,7 +23,7 @@ import (
 // between 2 and 16 workers. The burst is the other way in: many calls that
 // start on a cold key at once (the queue drained, and a crowd of requests
 // arrives) all run lock-free, all but one conflict, and each of those pays
-// a lock-free attempt and then the whole queue; beyond hotBurst of them in
+// a lock-free attempt and then the whole queue; with hotBurst of them in
 // flight the rest queue at once.
 //
 // It is a hint, never a guarantee: a fixed table of 256 counters (2 KiB,
