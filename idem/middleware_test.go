@@ -456,3 +456,50 @@ func TestMiddlewareConcurrentIdenticalRequestsIn409Mode(t *testing.T) {
 	}
 	t.Logf("1 execution, %d replays, %d conflicts", replays, conflicts)
 }
+
+// serveBehind serves h behind the middleware on db's pgx pool, every
+// request in one scope.
+func serveBehind(t *testing.T, db *pgtest.DB, h http.Handler, opts ...idem.Option) *server {
+	t.Helper()
+	mw, err := idem.Middleware(db.Pool(), append([]idem.Option{idem.WithScope(func(*http.Request) string { return "" })}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{Server: httptest.NewServer(mw(h))}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestMiddlewareReplaysTheDefaultHeaders: every header of the default
+// replay list, set by the handler the way net/http code sets it
+// (Header().Set, which stores "ETag" as "Etag"), comes back on the
+// replay.
+func TestMiddlewareReplaysTheDefaultHeaders(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	headers := map[string]string{
+		"Content-Type":     "application/json",
+		"Content-Encoding": "identity",
+		"Content-Language": "en",
+		"Location":         "/charges/1",
+		"ETag":             `"v1"`,
+		"Last-Modified":    "Wed, 02 Dec 2026 07:00:00 GMT",
+	}
+	s := serveBehind(t, db, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range headers {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":1}`)
+	}))
+	first := s.post(t, "", "k", "x")
+	replay := s.post(t, "", "k", "x")
+	if replay.header.Get("Idempotent-Replayed") != "true" || replay.status != first.status || replay.body != first.body {
+		t.Fatalf("replay %+v of %+v", replay, first)
+	}
+	for k, v := range headers {
+		if got := replay.header.Get(k); got != v {
+			t.Errorf("replayed %s = %q, want %q", k, got, v)
+		}
+	}
+}

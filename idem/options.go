@@ -48,7 +48,7 @@ func buildConfig(opts []Option) (config, error) {
 		header:    "Idempotency-Key",
 		maxBody:   1 << 20,
 		finger:    defaultFingerprint,
-		keep:      []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "ETag", "Last-Modified"},
+		keep:      defaultReplayHeaders,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -209,14 +209,32 @@ func WithFingerprint(f func(r *http.Request, body []byte) []byte) Option {
 // WithReplayHeaders names the response headers [Middleware] stores and
 // replays with the status and body (default Content-Type,
 // Content-Encoding, Content-Language, Location, ETag, Last-Modified).
+// Names are matched as net/http stores them, in canonical form: "etag"
+// and "ETag" both name the header http.Header.Set("ETag", …) keeps as
+// "Etag".
 func WithReplayHeaders(names ...string) Option {
 	return func(c *config) error {
-		c.keep = nil
-		for _, n := range names {
-			c.keep = append(c.keep, http.CanonicalHeaderKey(n))
-		}
+		c.keep = canonicalHeaders(names)
 		return nil
 	}
+}
+
+// defaultReplayHeaders are the headers replayed unless [WithReplayHeaders]
+// says otherwise, written as their RFCs spell them ("ETag", which net/http
+// keeps as "Etag") and canonicalised by the same rule as the option's
+// arguments. (Computed at init and never written again: no mutable state;
+// WithReplayHeaders replaces the slice, never changes it.)
+var defaultReplayHeaders = canonicalHeaders([]string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "ETag", "Last-Modified"})
+
+// canonicalHeaders is names in net/http's canonical form, the keys of an
+// http.Header: the one place the default list and WithReplayHeaders'
+// arguments become the keys the recorder looks up.
+func canonicalHeaders(names []string) []string {
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = http.CanonicalHeaderKey(n)
+	}
+	return keys
 }
 
 // WithLeaseTTL sets the lease a [RunPhases] attempt holds on its key
