@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,12 +79,18 @@ type Lock struct {
 	// (pg_advisory_xact_lock or pg_advisory_lock). Otherwise ScopeUnknown.
 	Scope Scope
 	// For is how long the lock has been waited for (exact: pg_locks.waitstart)
-	// or held. A hold is exact when the holder's last statement was the lock
-	// call that took it — the session holds no other advisory lock, or the
-	// statement names the key — and it has run nothing since (held since that
-	// statement ended);
-	// otherwise For is an upper bound (AtMost): since the transaction began
-	// for a transaction lock, since the session began for the rest.
+	// or held. PostgreSQL does not record when a lock was granted, so a hold
+	// is exact only when the session's last statement names this key in its
+	// last lock call, as an integer literal in the lock's mode
+	// (SELECT pg_advisory_lock(42)), does nothing after it, and has ended:
+	// held since that statement ended. A statement whose key is a bind
+	// parameter ($1) may as well have been a failed try of another key, so
+	// it proves nothing. Otherwise For is an upper bound (AtMost): since the
+	// running or last statement began when it names the key, else since the
+	// transaction began for a transaction lock, since the session began for
+	// the rest. A statement that takes again a lock its session already held
+	// (PostgreSQL counts re-entrant holds, pg_locks shows one row) is taken
+	// for the one that took it.
 	For    time.Duration
 	AtMost bool
 	// BlockedBy lists the pids a waiter waits for (pg_blocking_pids): the
@@ -262,7 +270,7 @@ const locksSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.mod
 	now(), %[1]s,
 	CASE WHEN l.granted THEN '' ELSE array_to_string(pg_blocking_pids(l.pid), ',') END,
 	coalesce(a.usename, ''), coalesce(a.application_name, ''), coalesce(host(a.client_addr), ''),
-	a.backend_start, a.xact_start, coalesce(a.state, ''), a.state_change, coalesce(a.query, ''),
+	a.backend_start, a.xact_start, coalesce(a.state, ''), a.state_change, a.query_start, coalesce(a.query, ''),
 	a.query = '<insufficient privilege>', %[2]s
 FROM pg_locks l
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
@@ -288,17 +296,17 @@ func readLocks(ctx context.Context, q Queryer, srv server, c *config, s *Snapsho
 	var times []lockTimes
 	for rows.Next() {
 		var (
-			classid, objid                            int64
-			objsubid                                  int32
-			now                                       time.Time
-			waitStart, backendStart, xactStart, since sql.NullTime
-			blockers, name                            string
-			isHidden                                  sql.NullBool
-			lk                                        Lock
+			classid, objid                                     int64
+			objsubid                                           int32
+			now                                                time.Time
+			waitStart, backendStart, xactStart, since, queryAt sql.NullTime
+			blockers, name                                     string
+			isHidden                                           sql.NullBool
+			lk                                                 Lock
 		)
 		if err := rows.Scan(&classid, &objid, &objsubid, &lk.Shared, &lk.Granted, &lk.Session.PID,
 			&now, &waitStart, &blockers, &lk.Session.User, &lk.Session.ApplicationName, &lk.Session.ClientAddr,
-			&backendStart, &xactStart, &lk.Session.State, &since, &lk.Session.Query, &isHidden, &name); err != nil {
+			&backendStart, &xactStart, &lk.Session.State, &since, &queryAt, &lk.Session.Query, &isHidden, &name); err != nil {
 			return 0, fmt.Errorf("inspect: read pg_locks: %w", err)
 		}
 		s.At = now
@@ -315,20 +323,14 @@ func readLocks(ctx context.Context, q Queryer, srv server, c *config, s *Snapsho
 		}
 		lk.Scope = scopeOf(&lk)
 		s.Locks = append(s.Locks, lk)
-		times = append(times, lockTimes{now, waitStart, since})
+		times = append(times, lockTimes{now, waitStart, since, queryAt})
 	}
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("inspect: read pg_locks: %w", err)
 	}
-	held := map[int]int{} // granted advisory locks per session
-	for _, l := range s.Locks {
-		if l.Granted {
-			held[l.Session.PID]++
-		}
-	}
 	for i := range s.Locks {
 		lk := &s.Locks[i]
-		lk.For, lk.AtMost = duration(lk, times[i], held[lk.Session.PID])
+		lk.For, lk.AtMost = duration(lk, times[i])
 	}
 	sortLocks(s.Locks)
 	return hidden, nil
@@ -406,25 +408,32 @@ func scopeOf(lk *Lock) Scope {
 
 // lockTimes are the server's clock and the times a row's duration comes from.
 type lockTimes struct {
-	now                    time.Time
-	waitStart, stateChange sql.NullTime
+	now                                time.Time
+	waitStart, stateChange, queryStart sql.NullTime
 }
 
 // duration is how long lk has been waited for or held; atMost when it is
-// only an upper bound (see Lock.For). held is how many advisory locks lk's
-// session holds: a hold is taken to have begun when the session's last
-// statement, a lock call, ended only if that call can have taken no other
-// lock of the session's — it holds one, or the call names lk's key.
-func duration(lk *Lock, t lockTimes, held int) (time.Duration, bool) {
+// only an upper bound (see Lock.For).
+func duration(lk *Lock, t lockTimes) (time.Duration, bool) {
 	since := func(at time.Time) time.Duration { return max(t.now.Sub(at), 0) }
 	switch {
 	case !lk.Granted && t.waitStart.Valid:
 		return since(t.waitStart.Time), false
 	case !lk.Granted:
 		return 0, true // before PostgreSQL 14: unknown
-	case t.stateChange.Valid && lk.Session.State != "active" && isLockCall(lk.Session.Query) &&
-		(held == 1 || strings.Contains(lk.Session.Query, string(lk.Key.AppendArgs(nil)))):
-		return since(t.stateChange.Time), false
+	}
+	switch namedBy(lk.Session.Query, lk.Key, lk.Shared) {
+	case namedLast:
+		if t.stateChange.Valid && lk.Session.State != "active" {
+			return since(t.stateChange.Time), false
+		}
+		fallthrough
+	case namedEarlier:
+		if t.queryStart.Valid {
+			return since(t.queryStart.Time), true
+		}
+	}
+	switch {
 	case lk.Scope == ScopeTransaction && !lk.Session.XactStart.IsZero():
 		return since(lk.Session.XactStart), true
 	case !lk.Session.BackendStart.IsZero():
@@ -433,11 +442,61 @@ func duration(lk *Lock, t lockTimes, held int) (time.Duration, bool) {
 	return 0, true
 }
 
-// isLockCall reports whether query calls an advisory lock function (not an
-// unlock).
-func isLockCall(query string) bool {
-	q := strings.ToLower(query)
-	return strings.Contains(q, "advisory_lock") || strings.Contains(q, "advisory_xact_lock")
+// naming is what a statement says of a key: nothing, that a lock call
+// other than its last one names it, or that its last lock call names it
+// and nothing runs after that call.
+type naming uint8
+
+const (
+	notNamed naming = iota
+	namedEarlier
+	namedLast
+)
+
+// lockCallRE matches a call of an advisory lock function (not an unlock)
+// whose arguments are integer literals: the function's shared suffix, and
+// the one or two arguments.
+var lockCallRE = regexp.MustCompile(`(?i)\bpg_(?:try_)?advisory_(?:xact_)?lock(_shared)?\s*\(\s*(-?[0-9]+)\s*(?:,\s*(-?[0-9]+)\s*)?\)`)
+
+// namedBy reports how query names key in a lock call of the given mode. A
+// call is the last only if the query runs nothing after it: no function
+// call, no other statement, no FROM (a lock call per row).
+func namedBy(query string, key advisory.Key, shared bool) naming {
+	calls := lockCallRE.FindAllStringSubmatchIndex(query, -1)
+	for i := len(calls) - 1; i >= 0; i-- {
+		c := calls[i]
+		if !callNames(query, c, key) || (c[3] > c[2]) != shared {
+			continue
+		}
+		if rest := strings.ToLower(strings.TrimRight(query[c[1]:], " \t\r\n;")); i == len(calls)-1 &&
+			!strings.ContainsAny(rest, "(;") && !strings.Contains(rest, "from") {
+			return namedLast
+		}
+		return namedEarlier
+	}
+	return notNamed
+}
+
+// callNames reports whether the lock call at submatch indexes c of query
+// takes key.
+func callNames(query string, c []int, key advisory.Key) bool {
+	arg := func(i int) (int64, bool) {
+		if c[2*i] < 0 {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(query[c[2*i]:c[2*i+1]], 10, 64)
+		return n, err == nil
+	}
+	x, ok := arg(2)
+	if !ok {
+		return false
+	}
+	y, pair := arg(3)
+	if a, b, isPair := key.Pair(); isPair {
+		return pair && x == int64(a) && y == int64(b)
+	}
+	n, _ := key.Int64()
+	return !pair && c[6] < 0 && x == n
 }
 
 func readLeases(ctx context.Context, q Queryer, table string, s *Snapshot) error {

@@ -336,8 +336,11 @@ func TestHoldTimesAreExactOnlyWhenKnown(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", keyArg(k1)); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := inspectOne(t, db, k1); a.AtMost {
-		t.Errorf("the only lock, taken by the last statement: %+v", a)
+	// The only lock, but its key a bind parameter: the statement may as
+	// well have been a failed try of another key (see
+	// TestHoldAfterAFailedTryOfAnotherKeyIsABound).
+	if a, _ := inspectOne(t, db, k1); !a.AtMost {
+		t.Errorf("the only lock, its key not in the statement: %+v", a)
 	}
 	// A second lock by a statement that does not show its key: neither is known.
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", keyArg(k2)); err != nil {
