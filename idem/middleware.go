@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 
@@ -31,7 +32,8 @@ import (
 //     response is sent — a client never sees a response whose effects did
 //     not commit. A 5xx response, a panic or a failed commit rolls
 //     everything back: the key stays free and a retry runs the handler
-//     again;
+//     again. Informational responses (1xx but 101: 103 Early Hints) are
+//     sent to the client at once and never recorded;
 //   - a later request with the same key and the same fingerprint
 //     ([WithFingerprint]: method, path and body by default) gets the stored
 //     response again, byte for byte, with "Idempotent-Replayed: true";
@@ -157,7 +159,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			_ = o.end(ctx, false, "") // also when the handler panics
 		}
 	}()
-	rec := &recorder{header: http.Header{}}
+	rec := &recorder{w: w, header: http.Header{}}
 	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, o.tx)))
 	s := rec.stored(m.cfg.keep)
 	if s.Status >= 500 {
@@ -250,8 +252,10 @@ func (s stored) writeTo(w http.ResponseWriter, replayed bool) {
 }
 
 // recorder buffers the handler's response until the transaction's outcome
-// is known.
+// is known. Informational responses (1xx but 101) are not buffered: they
+// go to the client at once, through w, and are never the recorded status.
 type recorder struct {
+	w      http.ResponseWriter
 	header http.Header
 	status int
 	body   bytes.Buffer
@@ -260,9 +264,23 @@ type recorder struct {
 func (r *recorder) Header() http.Header { return r.header }
 
 func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
+	switch {
+	case r.status != 0: // net/http ignores a status after the final one too
+	case informational(status):
+		// Sent with the headers set so far, as net/http sends them (and
+		// they stay set for the final response, as there).
+		maps.Copy(r.w.Header(), r.header)
+		r.w.WriteHeader(status)
+	default:
 		r.status = status
 	}
+}
+
+// informational reports whether status is an interim response that
+// net/http sends ahead of the final one (103 Early Hints, 100 Continue): 1xx
+// except 101 Switching Protocols, which net/http treats as final.
+func informational(status int) bool {
+	return status >= 100 && status < 200 && status != http.StatusSwitchingProtocols
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
@@ -289,9 +307,7 @@ func (r *recorder) stored(keep []string) stored {
 // writeTo sends the first response as the handler wrote it (all its
 // headers, not only those kept for replays).
 func (r *recorder) writeTo(w http.ResponseWriter) {
-	for k, v := range r.header {
-		w.Header()[k] = v
-	}
+	maps.Copy(w.Header(), r.header)
 	s := r.stored(nil)
 	w.WriteHeader(s.Status)
 	_, _ = w.Write(s.Body)

@@ -1,12 +1,15 @@
 package idem_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -501,5 +504,63 @@ func TestMiddlewareReplaysTheDefaultHeaders(t *testing.T) {
 		if got := replay.header.Get(k); got != v {
 			t.Errorf("replayed %s = %q, want %q", k, got, v)
 		}
+	}
+}
+
+// TestMiddlewareInformationalResponsesPassThrough: a handler that sends
+// 103 Early Hints and then 201 with a body: the client gets the 103 (with
+// its Link header) and then the 201 and its body, through a real HTTP
+// server; the replay is the 201 and its body, and no 103 — an
+// informational response is passed through, never recorded as the result.
+func TestMiddlewareInformationalResponsesPassThrough(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	const link = "</style.css>; rel=preload; as=style"
+	s := serveBehind(t, db, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", link)
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "created")
+	}))
+	type hint struct {
+		code int
+		link string
+	}
+	send := func() (response, []hint) {
+		var hints []hint
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			hints = append(hints, hint{code, h.Get("Link")})
+			return nil
+		}}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, s.URL, strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "k")
+		res, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return response{res.StatusCode, res.Header, string(b)}, hints
+	}
+	first, hints := send()
+	if first.status != http.StatusCreated || first.body != "created" {
+		t.Fatalf("first answer %d %q, want 201 created", first.status, first.body)
+	}
+	if len(hints) != 1 || hints[0] != (hint{http.StatusEarlyHints, link}) {
+		t.Fatalf("first answer's informational responses %+v, want one 103 with the Link", hints)
+	}
+	replay, hints := send()
+	if replay.status != http.StatusCreated || replay.body != "created" || replay.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay %d %q %v, want the 201 replayed", replay.status, replay.body, replay.header)
+	}
+	if len(hints) != 0 {
+		t.Fatalf("the replay sent informational responses %+v", hints)
 	}
 }
