@@ -37,6 +37,9 @@ type Snapshot struct {
 	At     time.Time // the server's now()
 	Locks  []Lock    // advisory locks of the current database, grouped by key (see Take)
 	Leases []Lease   // rows of the lease table, if it exists
+	// LeaseTable reports whether the lease table (WithLeaseTable) exists:
+	// without it Leases is empty because there is nowhere to hold one.
+	LeaseTable bool
 }
 
 // Scope is how long a lock lasts: its session, or its transaction.
@@ -128,8 +131,11 @@ type Option func(*config) error
 
 type config struct {
 	names      map[int64]string // KeyOf and KeyText values of WithNames
-	leaseTable string
+	leaseTable string           // quoted, from leaseTableIdent
 }
+
+// defaultLeaseTable is lease.DefaultTable, quoted.
+const defaultLeaseTable = `"sqlock_leases"`
 
 // WithNames resolves keys made from any of names by advisory.KeyOf or
 // advisory.KeyText, without a table: for keys whose Lockers do not record
@@ -150,17 +156,41 @@ func WithNames(names ...string) Option {
 }
 
 // WithLeaseTable reads leases from table (default "sqlock_leases", package
-// lease's default): [schema.]name of letters, digits and underscores.
+// lease's default), named as lease.WithTable names it: [schema.]name of
+// letters, digits and underscores, case kept (lease quotes it: a table
+// made with lease.WithTable("Leases_Mixed") is "Leases_Mixed", not
+// leases_mixed).
 func WithLeaseTable(table string) Option {
 	return func(c *config) error {
-		for _, part := range strings.SplitN(table, ".", 2) {
-			if !validIdent(part) {
-				return errs.New(sqlock.ErrInvalidOption, "inspect: lease table %q: want [schema.]table of letters, digits and underscores", table)
-			}
+		ident, err := leaseTableIdent(table)
+		if err != nil {
+			return err
 		}
-		c.leaseTable = table
+		c.leaseTable = ident
 		return nil
 	}
+}
+
+// leaseTableIdent parses a lease table's name by package lease's rule
+// (lease's parseTable: cut at the first dot, each part an identifier of
+// letters, digits and underscores, the table at most 53 bytes so that its
+// token sequence's name fits, the schema at most 63) and quotes it as
+// lease does. The one form serves both the probe (to_regclass) and the
+// read, so both name the same table.
+func leaseTableIdent(table string) (string, error) {
+	parts := strings.SplitN(table, ".", 2)
+	if len(parts) == 2 && parts[0] == "" {
+		parts = parts[1:] // lease reads ".name" as name, unqualified
+	}
+	name := parts[len(parts)-1]
+	ok := validIdent(name) && len(name) <= 63-len("_token_seq")
+	if len(parts) == 2 {
+		ok = ok && validIdent(parts[0])
+	}
+	if !ok {
+		return "", errs.New(sqlock.ErrInvalidOption, "inspect: lease table %q: want [schema.]table of letters, digits and underscores, as lease.WithTable takes", table)
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
 }
 
 func validIdent(s string) bool {
@@ -184,7 +214,7 @@ func validIdent(s string) bool {
 // [sqlock.ErrNilHandle], [sqlock.ErrInvalidOption]; the driver's error
 // otherwise.
 func Take(ctx context.Context, q Queryer, opts ...Option) (*Snapshot, error) {
-	c := config{names: map[int64]string{}, leaseTable: "sqlock_leases"}
+	c := config{names: map[int64]string{}, leaseTable: defaultLeaseTable}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -211,7 +241,7 @@ func Take(ctx context.Context, q Queryer, opts ...Option) (*Snapshot, error) {
 				"it is neither a superuser nor a member of pg_read_all_stats (GRANT pg_read_all_stats TO %s)",
 			hidden, srv.user, pgx.Identifier{srv.user}.Sanitize())
 	}
-	if srv.leases {
+	if s.LeaseTable = srv.leases; srv.leases {
 		if err := readLeases(ctx, q, c.leaseTable, s); err != nil {
 			return nil, err
 		}
@@ -228,6 +258,9 @@ type server struct {
 	leases    bool // the lease table exists
 }
 
+// probe learns what the server is and which tables exist; leaseTable is
+// quoted (leaseTableIdent), as to_regclass reads it exactly as a query's
+// FROM would.
 func probe(ctx context.Context, q Queryer, leaseTable string) (server, error) {
 	var s server
 	var version string
@@ -499,8 +532,8 @@ func callNames(query string, c []int, key advisory.Key) bool {
 	return !pair && c[6] < 0 && x == n
 }
 
-func readLeases(ctx context.Context, q Queryer, table string, s *Snapshot) error {
-	ident := pgx.Identifier(strings.SplitN(table, ".", 2)).Sanitize()
+// readLeases reads the lease table, ident as leaseTableIdent quoted it.
+func readLeases(ctx context.Context, q Queryer, ident string, s *Snapshot) error {
 	rows, err := q.QueryContext(ctx, `SELECT name, owner::text, token, acquired_at, expires_at, now()
 		FROM `+ident+` ORDER BY name`)
 	if err != nil {

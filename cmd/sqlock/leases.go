@@ -31,11 +31,7 @@ func leasesCmd(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	var exists bool
-	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", *table).Scan(&exists); err != nil {
-		return err
-	}
-	if !exists {
+	if !snap.LeaseTable {
 		return fmt.Errorf("no lease table %q in this database (package lease's Migrate creates it)", *table)
 	}
 	if *asJSON {

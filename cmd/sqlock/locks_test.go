@@ -234,3 +234,30 @@ func TestLeasesCommand(t *testing.T) {
 }
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// `sqlock leases --table Leases_Mixed` reads the table lease made with
+// lease.WithTable("Leases_Mixed") (lease quotes it, keeping the case), and
+// says "no lease table" only for a table that is not there.
+func TestLeasesCommandReadsATableWhoseNameHasCapitals(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	if err := lease.Migrate(ctx, db.SQL(), lease.WithTable("Leases_Mixed")); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := lease.New(db.SQL(), lease.WithTable("Leases_Mixed")).Acquire(ctx, "mixed-export", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ls.Release(context.Background()) })
+	r := runCmd(t, db.DSN, "leases", "--table", "Leases_Mixed")
+	if r.code != 0 || lineWith(r.stdout, "mixed-export", itoa64(ls.Token()), "in ") == "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCmd(t, db.DSN, "leases", "--table", "Leases_Mixed", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"mixed-export"`) {
+		t.Fatalf("--json: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := runCmd(t, db.DSN, "leases", "--table", "leases_mixed"); r.code != exitFailed || !strings.Contains(r.stderr, "no lease table") {
+		t.Fatalf("the case-folded name, which does not exist: exit %d %q", r.code, r.stderr)
+	}
+}
