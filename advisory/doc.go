@@ -25,7 +25,9 @@
 //     released, or its connection closed, before the call returns.
 //   - Bounded waits inside PostgreSQL: at most [WithTimeout] or the
 //     context's deadline, with typed outcomes ([ErrTimeout], [ErrNotAcquired],
-//     [ErrDeadlock], context errors).
+//     [ErrDeadlock], context errors). A wait that ran out for a pooled
+//     connection, not the lock, is [ErrConnTimeout] (matching ErrTimeout),
+//     and says so: size the pool for the locks held at once.
 //   - Loss is visible: a keepalive ([WithKeepalive]) closes [Lock.Lost] and
 //     ends Do's context (cause [ErrLost]) within 1¼ intervals. Stop then:
 //     an advisory lock is not a fencing token.

@@ -21,8 +21,15 @@ var (
 	// ErrTimeout: the wait ran out — the Locker's wait timeout, or the
 	// deadline of the caller's context (then the error also matches
 	// context.DeadlineExceeded). The server's lock_timeout (SQLSTATE 55P03)
-	// enforces it.
+	// enforces it. A wait that ran out before the lock statement was sent,
+	// waiting for a connection, is ErrConnTimeout, which matches ErrTimeout.
 	ErrTimeout = errs.New(sqlock.ErrTimeout, "advisory: timed out waiting for the lock")
+	// ErrConnTimeout: the wait ran out before it reached the lock, waiting
+	// for a connection — from the pool (all of its connections in use, or
+	// one being dialled), or of the shared set ([WithMultiplexing]). It
+	// matches ErrTimeout (and so sqlock.ErrTimeout); the message says which
+	// connection it waited for.
+	ErrConnTimeout = errs.New(ErrTimeout, "advisory: timed out waiting for a connection")
 	// ErrNotAcquired: a try-once (TryLock, TryRLock) found the lock held
 	// elsewhere.
 	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "advisory: lock is held elsewhere")

@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -748,7 +749,10 @@ func TestPanics(t *testing.T) {
 
 // TestWaitForPooledConnection: the wait bound covers the wait for a pooled
 // connection too. With the pool's only connection holding a lock, a second
-// acquisition (any kind) ends with ErrTimeout at the bound, one cancelled
+// acquisition (any kind; a fresh Locker, whose first use waits for the
+// pool in its probe; a multiplexed one) ends with ErrTimeout at the bound,
+// and says what it waited for: ErrConnTimeout, "a connection from the
+// pool", all of whose connections are in use — not the lock. One cancelled
 // while it waits ends with context.Canceled, and once the lock is released
 // the connection serves again.
 func TestWaitForPooledConnection(t *testing.T) {
@@ -763,29 +767,35 @@ func TestWaitForPooledConnection(t *testing.T) {
 		"sql-pgx": func(o ...advisory.Option) *advisory.Locker { return advisory.New(sdb, o...) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			// The bound each exhausted-pool wait below must reach, widened by
-			// the latency measured now so that the uncontended calls under
-			// the same bound are not timed out by a busy machine.
-			l := open(advisory.WithTimeout(200*time.Millisecond + 20*db.Latency()))
-			// Probe the server and open the pool's connection under the
-			// default bound, however slow this machine is now; the short
-			// bound is for the waits below.
-			mustRelease(t, mustLock(t)(open().Lock(ctx, advisory.KeyInt(1))))
-			if err := l.Verify(ctx); err != nil {
-				t.Fatal(err)
-			}
-			held := mustLock(t)(l.Lock(ctx, advisory.KeyInt(1)))
+			// The default bound for what must succeed, however slow this
+			// machine is; a short one for the waits that must run out.
+			roomy := open()
+			held := mustLock(t)(roomy.Lock(ctx, advisory.KeyInt(1)))
 			defer held.Release(ctx) // on failure; ErrNotHeld after the Release below
+			short := []advisory.Option{advisory.WithTimeout(200 * time.Millisecond)}
+			verified := open(short...)
+			mux := open(append(short, advisory.WithMultiplexing(2))...)
 			for _, acquire := range []struct {
 				name string
 				f    func(context.Context, advisory.Key) (*advisory.Lock, error)
-			}{{"Lock", l.Lock}, {"TryLock", l.TryLock}, {"RLock", l.RLock}, {"TryRLock", l.TryRLock}} {
+			}{
+				{"a fresh Locker's first TryLock", open(short...).TryLock},
+				{"a fresh Locker's first Lock", open(short...).Lock},
+				{"Lock", verified.Lock}, {"TryLock", verified.TryLock},
+				{"RLock", verified.RLock}, {"TryRLock", verified.TryRLock},
+				{"a multiplexed TryLock", mux.TryLock},
+			} {
 				lk, err := acquire.f(ctx, advisory.KeyInt(2))
 				if err == nil {
 					mustRelease(t, lk)
 				}
-				if !errors.Is(err, advisory.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("%s with the pool exhausted: %v, want ErrTimeout (the Locker's bound, not a context's)", acquire.name, err)
+				if !errors.Is(err, advisory.ErrConnTimeout) || !errors.Is(err, advisory.ErrTimeout) ||
+					!errors.Is(err, sqlock.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%s with the pool exhausted: %v, want ErrConnTimeout matching ErrTimeout (the Locker's bound, not a context's)", acquire.name, err)
+				}
+				if msg := err.Error(); !strings.Contains(msg, "timed out waiting for a connection from the pool: all 1 of its connections are in use") ||
+					strings.Contains(msg, "waiting for the lock") {
+					t.Fatalf("%s with the pool exhausted says %q: it must say it waited for a connection of the pool, not the lock", acquire.name, msg)
 				}
 			}
 			cctx, cancel := context.WithCancel(ctx)
@@ -803,7 +813,18 @@ func TestWaitForPooledConnection(t *testing.T) {
 				t.Fatalf("TryLock cancelled while waiting for a connection: %v, want context.Canceled", err)
 			}
 			mustRelease(t, held)
-			mustRelease(t, mustLock(t)(l.TryLock(ctx, advisory.KeyInt(2))))
+			mustRelease(t, mustLock(t)(roomy.TryLock(ctx, advisory.KeyInt(2))))
+
+			// A wait for the lock itself says so, and is not a wait for a
+			// connection.
+			held = mustLock(t)(roomy.Lock(ctx, advisory.KeyInt(1)))
+			sdbOther := db.OpenSQL()
+			_, err := advisory.New(sdbOther, short...).Lock(ctx, advisory.KeyInt(1))
+			if !errors.Is(err, advisory.ErrTimeout) || errors.Is(err, advisory.ErrConnTimeout) ||
+				!strings.Contains(err.Error(), "timed out waiting for the lock") {
+				t.Fatalf("Lock of a key held elsewhere: %v, want ErrTimeout waiting for the lock", err)
+			}
+			mustRelease(t, held)
 		})
 	}
 }

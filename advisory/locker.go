@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqlock/sqlock/internal/errs"
 	"github.com/sqlock/sqlock/internal/holds"
 	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/waitbound"
@@ -361,7 +362,11 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		return nil, w.timeout(nil) // nothing is sent
 	}
 	if err := l.verify(w.ctx); err != nil {
-		if w.out() {
+		var cw connWaitError
+		switch {
+		case w.out() && errors.As(err, &cw):
+			return nil, l.connTimeout(&w, cw.err)
+		case w.out():
 			return nil, w.timeout(err)
 		}
 		return nil, l.wrapVerify(op, key, ctx, err)
@@ -376,12 +381,9 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		// Every connection of the full shared set carries key: one of
 		// its own, where the server decides.
 	}
-	s, err := l.b.conn(w.ctx)
-	if err != nil {
-		if w.out() {
-			return nil, w.timeout(err)
-		}
-		return nil, &Error{Op: op, Key: key, Err: ErrUnavailable, Cause: err}
+	s, cerr := l.conn(&w)
+	if cerr != nil {
+		return nil, cerr
 	}
 	sess = s
 	if l.names != nil {
@@ -477,10 +479,18 @@ func (w *waitBound) finish(l *Locker) {
 // can fire just before the context's own).
 func (w *waitBound) out() bool { return w.ctx.Err() != nil || !time.Now().Before(w.end) }
 
-// timeout is the error for a wait that ran out.
-func (w *waitBound) timeout(cause error) *Error {
+// timeout is the error for a wait for the lock that ran out.
+func (w *waitBound) timeout(cause error) *Error { return w.timeoutFor(ErrTimeout, cause) }
+
+// timeoutFor is the error for a wait that ran out, waiting for what
+// sentinel (ErrTimeout, or an error matching it) says.
+func (w *waitBound) timeoutFor(sentinel, cause error) *Error {
 	if w.caller.Err() != nil {
-		return ctxError(w.op, w.key, w.caller)
+		e := ctxError(w.op, w.key, w.caller)
+		if e.Err == ErrTimeout {
+			e.Err = sentinel
+		}
+		return e
 	}
 	if !w.byCtx && errors.Is(cause, context.DeadlineExceeded) {
 		cause = nil // the Locker's own bound, not a context's deadline
@@ -492,7 +502,30 @@ func (w *waitBound) timeout(cause error) *Error {
 			cause = fmt.Errorf("%w: %w", context.DeadlineExceeded, cause)
 		}
 	}
-	return &Error{Op: w.op, Key: w.key, Err: ErrTimeout, Cause: cause}
+	return &Error{Op: w.op, Key: w.key, Err: sentinel, Cause: cause}
+}
+
+// conn takes a connection from the pool for the acquisition that w bounds.
+// A wait for it that runs out is ErrConnTimeout, saying so.
+func (l *Locker) conn(w *waitBound) (session, *Error) {
+	s, err := l.b.conn(w.ctx)
+	switch {
+	case err == nil:
+		return s, nil
+	case w.out():
+		return nil, l.connTimeout(w, err)
+	}
+	return nil, &Error{Op: w.op, Key: w.key, Err: ErrUnavailable, Cause: err}
+}
+
+// connTimeout is the error for a wait for a connection from the pool that
+// ran out: it says whether every connection of the pool was in use.
+func (l *Locker) connTimeout(w *waitBound, cause error) *Error {
+	what := errs.New(ErrConnTimeout, "advisory: timed out waiting for a connection from the pool")
+	if n := l.b.maxConns(); n > 0 && l.b.connsInUse() >= n {
+		what = errs.New(ErrConnTimeout, "advisory: timed out waiting for a connection from the pool: all %d of its connections are in use", n)
+	}
+	return w.timeoutFor(what, cause)
 }
 
 // noTimeToWait reports whether the caller's deadline leaves a blocking

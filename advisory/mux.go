@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqlock/sqlock/internal/errs"
 	"github.com/sqlock/sqlock/internal/holds"
 	"github.com/sqlock/sqlock/internal/pgerr"
 )
@@ -207,15 +208,12 @@ func (m *mux) try(ctx context.Context, key Key, shared bool, w *waitBound) (_ *L
 		case c == nil && !open:
 			return nil, nil, false
 		case c == nil:
-			s, err := l.b.conn(w.ctx)
+			s, err := l.conn(w)
 			if err != nil {
 				m.mu.Lock()
 				m.opening--
 				m.mu.Unlock()
-				if w.out() {
-					return nil, w.timeout(err), true
-				}
-				return nil, &Error{Op: w.op, Key: key, Err: ErrUnavailable, Cause: err}, true
+				return nil, err, true
 			}
 			c = m.join(s, tag)
 		}
@@ -225,12 +223,16 @@ func (m *mux) try(ctx context.Context, key Key, shared bool, w *waitBound) (_ *L
 		}
 		if !got {
 			m.done(c, tag, nil)
-			return nil, w.timeout(nil), true
+			return nil, w.timeoutFor(errSetBusy, nil), true
 		}
 		lk, err := c.tryLock(ctx, key, shared, w)
 		return lk, err, true
 	}
 }
+
+// errSetBusy: a try-once's wait ran out behind other statements on the
+// connection of the shared set it was placed on.
+var errSetBusy = errs.New(ErrConnTimeout, "advisory: timed out waiting for a connection of the shared set: it was busy with other statements")
 
 // tryLock runs the try-once on c, whose statement slot the caller holds
 // and releases here.

@@ -12,6 +12,7 @@ type nullBackend struct{}
 
 func (nullBackend) conn(context.Context) (session, error) { return nullSession{}, nil }
 func (nullBackend) maxConns() int                         { return 0 }
+func (nullBackend) connsInUse() int                       { return 0 }
 func (nullBackend) handle() any                           { return nil }
 
 type nullSession struct{}

@@ -75,6 +75,13 @@ func probeFailed(ctx context.Context, err error) error {
 	return unsupported("the server failed the PostgreSQL advisory-lock probe: %w", err)
 }
 
+// connWaitError is a probe's failure to take a connection from the pool:
+// a wait for the pool, not a verdict on the server.
+type connWaitError struct{ err error }
+
+func (e connWaitError) Error() string { return e.err.Error() }
+func (e connWaitError) Unwrap() error { return e.err }
+
 // probe checks, on connections of the pool (closed afterwards):
 //
 //  1. version() is PostgreSQL, not CockroachDB (whose advisory-lock
@@ -97,7 +104,7 @@ func probe(ctx context.Context, b backend, observeRTT func(time.Duration)) error
 
 	a, err := b.conn(ctx)
 	if err != nil {
-		return err
+		return connWaitError{err}
 	}
 	defer a.destroy() // it carries the probe setting
 	var version, set string
@@ -148,7 +155,7 @@ func probe(ctx context.Context, b backend, observeRTT func(time.Duration)) error
 	}
 	c, err := b.conn(ctx)
 	if err != nil {
-		return err
+		return connWaitError{err}
 	}
 	defer c.destroy()
 	for range 3 {

@@ -18,6 +18,8 @@ type backend interface {
 	conn(ctx context.Context) (session, error)
 	// maxConns is the pool's connection limit, 0 for none.
 	maxConns() int
+	// connsInUse is how many of the pool's connections are out of it.
+	connsInUse() int
 	// handle is the pool itself, which identifies the database for
 	// package holds.
 	handle() any
@@ -76,8 +78,9 @@ func (b sqlBackend) conn(ctx context.Context) (session, error) {
 	return sqlSession{c}, nil
 }
 
-func (b sqlBackend) maxConns() int { return b.db.Stats().MaxOpenConnections }
-func (b sqlBackend) handle() any   { return b.db }
+func (b sqlBackend) maxConns() int   { return b.db.Stats().MaxOpenConnections }
+func (b sqlBackend) connsInUse() int { return b.db.Stats().InUse }
+func (b sqlBackend) handle() any     { return b.db }
 
 // sqlSession runs statements through database/sql, for any driver.
 type sqlSession struct{ c *sql.Conn }
@@ -197,8 +200,9 @@ func (b pgxBackend) conn(ctx context.Context) (session, error) {
 	return pgxSession{c}, nil
 }
 
-func (b pgxBackend) maxConns() int { return int(b.p.Config().MaxConns) }
-func (b pgxBackend) handle() any   { return b.p }
+func (b pgxBackend) maxConns() int   { return int(b.p.Config().MaxConns) }
+func (b pgxBackend) connsInUse() int { return int(b.p.Stat().AcquiredConns()) }
+func (b pgxBackend) handle() any     { return b.p }
 
 type pgxSession struct{ c *pgxpool.Conn }
 
