@@ -3,6 +3,7 @@ package txlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -70,5 +71,53 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 				t.Fatalf("locks left: %v", got)
 			}
 		})
+	}
+}
+
+// Through PgBouncer 1.18 in transaction mode, pgx's default query exec mode
+// (which prepares statements by name) fails with 42P05 or 26000 as soon as
+// two clients share a server connection: Do, DoPgx and Do on OpenDB's
+// handle answer with an error matching sqlock.ErrUnsupported that names the
+// cure, default_query_exec_mode=exec, and wraps the driver's error — fn's
+// own statements' failures included — and with the cure in the DSN the
+// same calls succeed.
+func TestPgBouncerDefaultExecModeNamesTheCure(t *testing.T) {
+	noLeaks(t)
+	db := pgtest.New(t)
+	db.Exec("CREATE TABLE counter (id int PRIMARY KEY, n bigint NOT NULL)")
+	trap, cure := pgtest.StartPreparedTrap(t, db)
+	ctx := context.Background()
+	names := []string{bePgxPool, bePgxConn, beSQL, beFold}
+	for _, c := range []struct {
+		dsn   string
+		cured bool
+	}{{trap, false}, {cure, true}} {
+		// Two clients of each kind, taking turns on PgBouncer's one server
+		// connection.
+		clients := [2][]backend{backendsFor(t, c.dsn, names...), backendsFor(t, c.dsn, names...)}
+		for i, name := range names {
+			t.Run(fmt.Sprintf("%s/cured=%v", name, c.cured), func(t *testing.T) {
+				id := i + 1
+				if !c.cured {
+					db.Exec("INSERT INTO counter VALUES ($1, 0)", id)
+				}
+				key := []advisory.Key{advisory.KeyPair(4, int32(id))}
+				failed := 0
+				for n := range 6 {
+					err := clients[n%2][i].do(ctx, key, func(ctx context.Context, tx q) error { return readThenWrite(ctx, tx, id) })
+					switch {
+					case err == nil:
+					case c.cured:
+						t.Fatalf("call %d with the cure: %v", n, err)
+					default:
+						pgtest.CheckPreparedTrap(t, err)
+						failed++
+					}
+				}
+				if !c.cured && failed == 0 {
+					t.Fatal("no call failed in pgx's default mode: the trap is not set")
+				}
+			})
+		}
 	}
 }

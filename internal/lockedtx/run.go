@@ -64,7 +64,15 @@ type BeginFunc[T any] func(ctx context.Context, a *Attempt) (v T, tx Tx, folded 
 // with fn's context, is checked against the locks fn's transaction holds
 // (package holds), and so is this one against the locks ctx carries. The
 // caller checks its own handle for nil (ErrNilDB).
+//
+// A prepared-statement failure of a pooler (pgerr.PoolerPrepared), from
+// the lock statements or from fn's, is returned as the error that names
+// its cure.
 func Run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts []O) error {
+	return pgerr.PoolerPrepared(run(ctx, db, key, begin, fn, opts))
+}
+
+func run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts []O) error {
 	if begin == nil || fn == nil {
 		return ErrNilFunc
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlock/sqlock"
 )
 
 // The SQLSTATE codes sqlock acts on.
@@ -26,6 +28,7 @@ const (
 	DivisionByZero       = "22012" // division_by_zero: idem's answer ahead of BEGIN
 	UniqueViolation      = "23505" // unique_violation
 	InvalidStatementName = "26000" // invalid_sql_statement_name: a prepared statement vanished
+	DuplicatePrepared    = "42P05" // duplicate_prepared_statement: a prepared statement's name is taken
 	UndefinedFunction    = "42883" // undefined_function
 )
 
@@ -103,4 +106,46 @@ func CommitAmbiguous(err error) bool {
 	// Other drivers: a SQLSTATE means the server answered, except for the
 	// classes it sends when it ends the session.
 	return code == "" || strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P")
+}
+
+// PreparedStatementError is a driver's 42P05 or 26000 for a prepared
+// statement the client believed was, or was not, on its session: what
+// PgBouncer in transaction mode without max_prepared_statements (every
+// version before 1.21) causes with a driver that prepares statements, pgx's
+// default query exec mode among them. (A DEALLOCATE ALL or DISCARD ALL run
+// on the session gives the same 26000, once; its text names the pooler, the
+// usual cause.) It matches sqlock.ErrUnsupported (the
+// package cannot keep its promise over this pooler and driver setting), its
+// text names the cure, and it wraps the driver's error.
+type PreparedStatementError struct{ Err error }
+
+func (e *PreparedStatementError) Error() string {
+	return "sqlock: a prepared statement collided or vanished on the server (SQLSTATE " + Code(e.Err) + "): " +
+		"a pooler in transaction mode that keeps no prepared statements (PgBouncer before 1.21, " +
+		"or with max_prepared_statements = 0) moved the session's statements between server connections; " +
+		"add default_query_exec_mode=exec to the DSN (pgx.QueryExecModeExec or QueryExecModeSimpleProtocol; " +
+		"lib/pq: binary_parameters=yes): " + e.Err.Error()
+}
+
+// Is makes the error match sqlock.ErrUnsupported.
+func (e *PreparedStatementError) Is(target error) bool { return target == sqlock.ErrUnsupported }
+
+// Unwrap returns the driver's error.
+func (e *PreparedStatementError) Unwrap() error { return e.Err }
+
+// PoolerPrepared returns err, or, when err is a prepared statement's 42P05
+// or 26000 (see PreparedStatementError) not yet explained, err wrapped in a
+// *PreparedStatementError. Every package calls it where a database error
+// leaves it, so that the trap is named the same way everywhere, once.
+func PoolerPrepared(err error) error {
+	switch Code(err) {
+	case DuplicatePrepared, InvalidStatementName:
+	default:
+		return err
+	}
+	var pe *PreparedStatementError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return &PreparedStatementError{Err: err}
 }

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
@@ -113,6 +115,30 @@ func TestCommitAmbiguousOnlyWhenTheOutcomeIsUnknown(t *testing.T) {
 	} {
 		if got := pgerr.CommitAmbiguous(tc.err); got != tc.ambiguous {
 			t.Errorf("CommitAmbiguous(%v) = %v, want %v", tc.err, got, tc.ambiguous)
+		}
+	}
+}
+
+// PoolerPrepared names the cure of exactly the two prepared-statement
+// codes, from any driver, once however often it is applied, and wraps the
+// driver's error; every other error, and nil, is returned as it is.
+func TestPoolerPreparedNamesTheCureOfPreparedStatementCodes(t *testing.T) {
+	for _, code := range []string{pgerr.DuplicatePrepared, pgerr.InvalidStatementName} {
+		for _, driverErr := range []error{&pgconn.PgError{Code: code}, sqlStateErr(code)} {
+			err := pgerr.PoolerPrepared(fmt.Errorf("step: %w", driverErr))
+			var pe *pgerr.PreparedStatementError
+			if !errors.As(err, &pe) || !errors.Is(err, sqlock.ErrUnsupported) || !errors.Is(err, driverErr) ||
+				pgerr.Code(err) != code || !strings.Contains(err.Error(), "default_query_exec_mode=exec") {
+				t.Fatalf("%T %s: %v", driverErr, code, err)
+			}
+			if again := pgerr.PoolerPrepared(fmt.Errorf("outer: %w", err)); strings.Count(again.Error(), "default_query_exec_mode") != 1 {
+				t.Fatalf("named twice: %v", again)
+			}
+		}
+	}
+	for _, err := range []error{nil, errors.New("plain"), sqlStateErr(pgerr.SerializationFailure), &pgconn.PgError{Code: pgerr.UniqueViolation}} {
+		if got := pgerr.PoolerPrepared(err); got != err {
+			t.Fatalf("PoolerPrepared(%v) = %v, want it unchanged", err, got)
 		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/serverproc"
 )
 
@@ -235,3 +237,34 @@ func (b *PgBouncer) Dir() string { return b.dir }
 // Close stops PgBouncer (its clients are disconnected) and removes its
 // directory, waiting until both are done.
 func (b *PgBouncer) Close() error { return b.proc.Close() }
+
+// StartPreparedTrap runs PgBouncer in transaction mode with a single server
+// connection in front of db, as PgBouncer 1.18 runs it: it keeps no
+// prepared statements, so the second client to prepare a statement under
+// the name another client already prepared it by (pgx's default query exec
+// mode names statements by their text) fails with 42P05, every time, not
+// only when the pool happens to mix sessions. It returns a DSN through it
+// in pgx's default mode (trap) and the same with the cure, exec mode
+// (cure). It is stopped when the test ends.
+func StartPreparedTrap(tb testing.TB, db *DB) (trap, cure string) {
+	tb.Helper()
+	b, err := RunPgBouncer(context.Background(), db.DSN, PgBouncerOptions{Mode: "transaction", PoolSize: 1})
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	return b.DSN, b.DSN + "&default_query_exec_mode=exec"
+}
+
+// CheckPreparedTrap fails tb unless err is how every sqlock package reports
+// a pooler's prepared-statement failure: an error matching
+// sqlock.ErrUnsupported whose text names the cure, with the driver's 42P05
+// or 26000 wrapped.
+func CheckPreparedTrap(tb testing.TB, err error) {
+	tb.Helper()
+	code := pgerr.Code(err)
+	if !errors.Is(err, sqlock.ErrUnsupported) || !strings.Contains(err.Error(), "default_query_exec_mode=exec") ||
+		(code != pgerr.DuplicatePrepared && code != pgerr.InvalidStatementName) {
+		tb.Fatalf("want an error matching sqlock.ErrUnsupported that names default_query_exec_mode=exec and wraps 42P05 or 26000; got (SQLSTATE %q) %v", code, err)
+	}
+}
