@@ -123,8 +123,9 @@ func TestTakeShowsHoldersWaitersAndTheBlockingChain(t *testing.T) {
 	}
 }
 
-// The wait time is pg_locks.waitstart: it grows with the wait, and it is
-// exact (not a bound).
+// The wait time is pg_locks.waitstart: exact (not a bound), to the
+// microsecond the server recorded, so it grows exactly as the server's
+// clock does between two snapshots.
 func TestTakeMeasuresWaitsFromTheServer(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
@@ -134,27 +135,26 @@ func TestTakeMeasuresWaitsFromTheServer(t *testing.T) {
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", keyArg(k)); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	done := wait(t, probe, waiter, "SELECT pg_advisory_lock($1)", keyArg(k))
-	var first time.Duration
-	for {
+	var waitStart time.Time
+	if err := probe.QueryRow(ctx, "SELECT waitstart FROM pg_locks WHERE pid = $1 AND NOT granted", pid(waiter)).Scan(&waitStart); err != nil {
+		t.Fatal(err)
+	}
+	var prev inspect.Lock
+	var prevAt time.Time
+	for i := 0; i < 2; i++ {
 		snap, err := inspect.Take(ctx, db.SQL())
 		if err != nil {
 			t.Fatal(err)
 		}
 		w, ok := byPID(locksOf(snap, k), pid(waiter))
-		if !ok || w.AtMost {
-			t.Fatalf("waiter: %+v", w)
+		if !ok || w.AtMost || w.For != snap.At.Sub(waitStart) {
+			t.Fatalf("waiter: %+v, want exactly %v (since waitstart)", w, snap.At.Sub(waitStart))
 		}
-		if first == 0 {
-			first = w.For
+		if i == 1 && w.For-prev.For != snap.At.Sub(prevAt) {
+			t.Fatalf("the wait grew by %v while the server's clock moved %v", w.For-prev.For, snap.At.Sub(prevAt))
 		}
-		if elapsed := time.Since(start); w.For > elapsed+time.Second {
-			t.Fatalf("wait %v is longer than the %v since it began", w.For, elapsed)
-		}
-		if w.For > first { // the server's clock moved on
-			break
-		}
+		prev, prevAt = w, snap.At
 	}
 	holder.Exec(ctx, "SELECT pg_advisory_unlock_all()")
 	if err := <-done; err != nil {

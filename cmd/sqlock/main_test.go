@@ -96,7 +96,8 @@ func wait(t testing.TB, probe, conn *pgx.Conn, sql string, args ...any) <-chan e
 		_, err := conn.Exec(context.Background(), sql, args...)
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
+	// No clock of its own, which a busy machine could outrun: a wait that
+	// never shows is caught by go test's -timeout.
 	for {
 		var n int
 		if err := probe.QueryRow(context.Background(),
@@ -105,9 +106,6 @@ func wait(t testing.TB, probe, conn *pgx.Conn, sql string, args ...any) <-chan e
 		}
 		if n > 0 {
 			return done
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d never waited", pid(conn))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
