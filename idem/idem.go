@@ -23,6 +23,11 @@ var (
 	// or scope, or one holding a NUL byte. Nothing was sent.
 	ErrInvalidKey = errors.New("idem: invalid idempotency key")
 
+	// ErrPhased: [Do], [DoTx] or [Middleware] (422) found the key recorded
+	// by [RunPhases] — its phases running or done. Nothing was executed.
+	// It is the other side of [ErrNotPhased]: a key belongs to one form.
+	ErrPhased = errors.New("idem: key recorded by RunPhases")
+
 	// errBusy: the key's first request is still in progress and the caller
 	// asked not to wait (the middleware's 409).
 	errBusy = errors.New("idem: key in use by a request in progress")
@@ -65,8 +70,9 @@ func (JSON) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v)
 // transaction commits, the call replays its result; if it rolls back, the
 // call claims the key and runs fn. A key recorded with a different
 // fingerprint (a hash of the request, or nil to skip the check) is
-// [ErrKeyReused], and fn does not run. A key older than [WithRetention]
-// counts as new.
+// [ErrKeyReused], and a key of [RunPhases] (its phases running or done) is
+// [ErrPhased]; fn does not run. A key older than [WithRetention] counts as
+// new.
 //
 // An error from fn is returned as it is and not stored: the caller rolls
 // back and a retry runs fn again (Do also removes the claim, so a commit
@@ -193,10 +199,11 @@ func claimStmt(st statements, c *config, k keyOf, noWait bool) (string, []any) {
 type claimRow struct {
 	inserted, got, found, noResult, expired bool
 	fp, result                              []byte
+	phased                                  bool // recorded by RunPhases
 }
 
 func (r *claimRow) dest() []any {
-	return []any{&r.inserted, &r.got, &r.found, &r.fp, &r.result, &r.noResult, &r.expired}
+	return []any{&r.inserted, &r.got, &r.found, &r.fp, &r.result, &r.noResult, &r.expired, &r.phased}
 }
 
 // claim claims k in conn's transaction or finds its recorded result.
@@ -240,8 +247,12 @@ func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, 
 }
 
 // settle is what a row of k recorded by another request means: a replay,
-// or ErrKeyReused for another fingerprint.
+// ErrKeyReused for another fingerprint, or ErrPhased for a key of
+// RunPhases (whose row holds its phases, not a result of this form).
 func (r *claimRow) settle(k keyOf) (claimed, error) {
+	if r.phased {
+		return claimed{}, ErrPhased
+	}
 	if k.fingerprint != nil && !bytes.Equal(r.fp, k.fingerprint) {
 		return claimed{}, ErrKeyReused
 	}

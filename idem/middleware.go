@@ -141,6 +141,9 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	case errors.Is(err, ErrKeyReused):
 		problem(w, http.StatusUnprocessableEntity, "idempotency key reused with a different request")
 		return
+	case errors.Is(err, ErrPhased):
+		problem(w, http.StatusUnprocessableEntity, "idempotency key in use by a request of another kind (RunPhases)")
+		return
 	case err != nil:
 		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable")
 		return

@@ -90,7 +90,7 @@ func queueRecorded(st statements, k keyOf, row *claimRow) func(*pgx.Batch) {
 				if !rows.Next() {
 					return rows.Err()
 				}
-				if err := rows.Scan(&row.fp, &row.result); err != nil {
+				if err := rows.Scan(&row.fp, &row.result, &row.phased); err != nil {
 					return err
 				}
 				row.got, row.found = true, true

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
@@ -287,4 +288,82 @@ func TestPhasesBadInput(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM sqlock_idem WHERE key = 'x'`); n != 0 {
 		t.Fatal("bad input left a key")
 	}
+}
+
+// TestDoRefusesAPhasedKey: a key of RunPhases is ErrPhased for Do (pgx and
+// database/sql), for DoTx and, as 422, for the middleware — while its
+// phases run (the first phase held until every form has tried) and after
+// they are done, when Do used to replay the phases' outputs as its own
+// result. fn and the handler never run; the phases' record is untouched.
+func TestDoRefusesAPhasedKey(t *testing.T) {
+	leakCheck(t)
+	db, leases := newPhasedDB(t)
+	ctx := context.Background()
+	pool := db.Pool()
+	ran := false
+	fn := func(context.Context) (string, error) { ran = true; return "do's result", nil }
+	// The middleware fingerprints as RunPhases was given: only the form
+	// differs.
+	mw := serveBehind(t, db, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }),
+		idem.WithFingerprint(func(*http.Request, []byte) []byte { return []byte("fp") }))
+	tryEveryForm := func(when string) {
+		t.Helper()
+		if _, err := pgxTxDo(ctx, pool, "pay", fn); !errors.Is(err, idem.ErrPhased) {
+			t.Errorf("%s: Do (pgx): %v, want ErrPhased", when, err)
+		}
+		tx, err := db.SQL().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := idem.Do(ctx, tx, "", "pay", []byte("fp"), fn); !errors.Is(err, idem.ErrPhased) {
+			t.Errorf("%s: Do (database/sql): %v, want ErrPhased", when, err)
+		}
+		_ = tx.Rollback()
+		if _, err := idem.DoTx(ctx, pool, "", "pay", []byte("fp"), func(ctx context.Context, _ pgx.Tx) (string, error) { return fn(ctx) }); !errors.Is(err, idem.ErrPhased) {
+			t.Errorf("%s: DoTx: %v, want ErrPhased", when, err)
+		}
+		if r := mw.post(t, "", "pay", "x"); r.status != http.StatusUnprocessableEntity {
+			t.Errorf("%s: middleware: %d %s, want 422", when, r.status, r.body)
+		}
+		if ran {
+			t.Fatalf("%s: fn or the handler ran on a key of RunPhases", when)
+		}
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	phases := []idem.Phase{
+		{Name: "a", Run: func(context.Context, string, [][]byte) ([]byte, error) {
+			close(inside)
+			<-release
+			return []byte(`"A"`), nil
+		}},
+		{Name: "b", Run: func(context.Context, string, [][]byte) ([]byte, error) { return []byte(`"B"`), nil }},
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := idem.RunPhases(ctx, pool, leases, "", "pay", []byte("fp"), phases)
+		done <- err
+	}()
+	<-inside
+	tryEveryForm("while the phases run")
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	tryEveryForm("after the phases")
+	got, err := idem.RunPhases(ctx, pool, leases, "", "pay", []byte("fp"), phases)
+	if err != nil || fmt.Sprintf("%s", got) != `["A" "B"]` {
+		t.Fatalf("RunPhases after the refusals: %s, %v; want its outputs", got, err)
+	}
+}
+
+// pgxTxDo is idem.Do with key and fingerprint "fp" in a pgx transaction of
+// pool, committed if Do returns no error.
+func pgxTxDo[T any](ctx context.Context, pool *pgxpool.Pool, key string, fn func(context.Context) (T, error)) (T, error) {
+	var v T
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		v, err = idem.Do(ctx, tx, "", key, []byte("fp"), fn)
+		return err
+	})
+	return v, err
 }

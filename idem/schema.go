@@ -145,7 +145,8 @@ func makeStatements(t tableName) statements {
 	// request is answered 409 without waiting. A replay of a committed row
 	// takes no lock, so concurrent replays never see each other as busy.
 	const tmpl = `WITH cur AS (
-  SELECT fingerprint, result, expires_at <= clock_timestamp() AS expired FROM %[1]s WHERE scope = $1 AND key = $2
+  SELECT fingerprint, result, expires_at <= clock_timestamp() AS expired, phases IS NOT NULL AS phased
+  FROM %[1]s WHERE scope = $1 AND key = $2
 ), lk AS (SELECT %[2]s AS got),
 ins AS (
   INSERT INTO %[1]s (scope, key, fingerprint, expires_at)
@@ -155,7 +156,8 @@ ins AS (
 )
 SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM cur),
   coalesce((SELECT fingerprint FROM cur), ''), coalesce((SELECT result FROM cur), ''),
-  coalesce((SELECT result IS NULL FROM cur), true), coalesce((SELECT expired FROM cur), false)`
+  coalesce((SELECT result IS NULL FROM cur), true), coalesce((SELECT expired FROM cur), false),
+  coalesce((SELECT phased FROM cur), false)`
 	return statements{
 		claim:    fmt.Sprintf(tmpl, t, "true"),
 		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_try_advisory_xact_lock($5::bigint) END"),
@@ -164,22 +166,23 @@ SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM c
 		claimInsert: fmt.Sprintf(`INSERT INTO %s (scope, key, fingerprint, expires_at)
 VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
 ON CONFLICT (scope, key) DO NOTHING RETURNING true`, t),
-		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp()
+		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp(),
+  phases IS NOT NULL
 FROM %s WHERE scope = $1 AND key = $2`, t),
-		// recorded returns a recorded key's fingerprint and result, and
-		// then fails (division by zero, SQLSTATE 22012): sent ahead of
+		// recorded returns a recorded key's fingerprint, result and
+		// whether RunPhases recorded it, and then fails (division by zero, SQLSTATE 22012): sent ahead of
 		// BEGIN (see queueRecorded), it answers a replay in one round trip.
 		// Both arms read the one materialized row of r, so the row and the
 		// failure come from the same snapshot. The divisor depends on the
 		// row, so that the planner cannot fold the division and fail when
 		// there is no row.
 		recorded: fmt.Sprintf(`WITH r AS (
-  SELECT fingerprint, result FROM %s
+  SELECT fingerprint, result, phases IS NOT NULL AS phased FROM %s
   WHERE scope = $1 AND key = $2 AND result IS NOT NULL AND expires_at > clock_timestamp()
 )
-SELECT fingerprint, result FROM r
+SELECT fingerprint, result, phased FROM r
 UNION ALL
-SELECT NULL, NULL FROM r WHERE 1 / (octet_length(r.result) * 0) = 0`, t),
+SELECT NULL, NULL, NULL FROM r WHERE 1 / (octet_length(r.result) * 0) = 0`, t),
 		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),
 		unclaim: fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2`, t),
 		store:   fmt.Sprintf(`UPDATE %s SET result = $3 WHERE scope = $1 AND key = $2`, t),
