@@ -44,7 +44,9 @@
 // Each held lock pins a connection. [WithMultiplexing] lets many share a
 // few: a try-once rides a connection that holds other locks (never one
 // holding its own key: PostgreSQL would grant it twice), a granted wait's
-// connection joins them. It is off by default because it trades pool
+// connection joins them. The set grows with concurrency, not with the
+// number of locks: try-onces made one after another all ride one
+// connection. It is off by default because it trades pool
 // exhaustion for blast radius: one dead connection loses every lock on it,
 // and each lock's statements queue behind the others' on its connection.
 // Turn it on when the locks held at once outnumber what the pool can spare.

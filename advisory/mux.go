@@ -15,7 +15,11 @@ import (
 // WithMultiplexing lets session locks share connections: up to conns
 // connections of the pool form a shared set, each holding any number of
 // locks. A try-once ([Locker.TryLock], [Locker.TryRLock]) rides on a
-// connection of the set that does not hold its key yet; a blocking wait
+// connection of the set that does not hold its key yet — the idle one with
+// the fewest locks; a new one only when every connection of the set is
+// busy with a statement, so try-onces made one after another share one
+// connection — and while the set's connections are being opened it waits
+// for one rather than taking a connection of its own; a blocking wait
 // ([Locker.Lock], [Locker.RLock], [Locker.Do]) waits on a connection of its
 // own, which joins the set once granted if the set has room. [Lock.Release]
 // unlocks only its own key; a connection whose last lock is released goes
@@ -40,15 +44,36 @@ func WithMultiplexing(conns int) Option {
 // so would let two holders of one process in. So a connection of the set
 // carries each key at most once (keys), and a try-once of a key that every
 // connection of a full set carries takes a connection of its own, where
-// the server decides.
+// the server decides. A set whose connections are still being opened is
+// not full yet: a try-once that finds no connection for its key waits for
+// one to join (see pick).
+//
+// Placement: the set grows with concurrency, not with the number of locks.
+// A connection is opened for the set only when every connection of it that
+// could take the key is running a statement; otherwise the key goes to the
+// idle connection with the fewest locks. So try-onces made one after
+// another all ride one connection (the fewest connections out of the pool,
+// and one round trip each, as without multiplexing), and a burst of
+// concurrent ones opens up to max connections and spreads over them.
 type mux struct {
 	l   *Locker
 	max int
 
 	mu      sync.Mutex
 	conns   []*muxConn
-	opening int // connections being taken from the pool for the set
+	opening int           // connections being taken from the pool for the set
+	changed chan struct{} // closed when a connection joins, fails to open or leaves; nil until awaited
 }
+
+// placement is where pick sends a try-once.
+type placement uint8
+
+const (
+	placed    placement = iota // on a connection of the set, its key reserved there
+	openConn                   // on a connection the caller takes from the pool for the set (see join)
+	awaitConn                  // nowhere yet: connections are being opened; pick again when one joins
+	ownConn                    // every connection of a full set carries the key: one of its own
+)
 
 type connState uint8
 
@@ -83,12 +108,15 @@ func (m *mux) newConn(sess session, tag holds.Tag) *muxConn {
 		keys: map[holds.Tag]struct{}{tag: {}}, locks: map[*Lock]struct{}{}}
 }
 
-// pick reserves tag on the connection of the set best placed to try it:
-// one that does not carry it, idle first, then with the fewest locks. open
-// means none is idle and the set has room: the caller takes a connection
-// from the pool for it (see join). Neither: every connection of a full set
-// carries the key.
-func (m *mux) pick(tag holds.Tag) (best *muxConn, open bool) {
+// pick places a try-once of tag (see placement): on the connection of the
+// set best placed to try it — one that does not carry it, idle first, then
+// with the fewest locks — unless none is idle and the set has room, when
+// the caller opens one. With no room and no connection that can take tag,
+// the key waits for a connection still opening (awaitConn: pick again once
+// changed is closed), and takes one of its own only when none is: "no
+// connection of the set can take this key yet" is not "every connection
+// carries it".
+func (m *mux) pick(tag holds.Tag) (best *muxConn, p placement, changed <-chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, c := range m.conns {
@@ -99,15 +127,38 @@ func (m *mux) pick(tag holds.Tag) (best *muxConn, open bool) {
 			best = c
 		}
 	}
-	if (best == nil || best.busy > 0) && len(m.conns)+m.opening < m.max {
+	switch {
+	case (best == nil || best.busy > 0) && len(m.conns)+m.opening < m.max:
 		m.opening++
-		return nil, true
-	}
-	if best != nil {
+		return nil, openConn, nil
+	case best != nil:
 		best.keys[tag] = struct{}{}
 		best.busy++
+		return best, placed, nil
+	case m.opening > 0:
+		if m.changed == nil {
+			m.changed = make(chan struct{})
+		}
+		return nil, awaitConn, m.changed
 	}
-	return best, false
+	return nil, ownConn, nil
+}
+
+// changedLocked wakes the try-onces waiting for the set to change. m.mu is
+// held.
+func (m *mux) changedLocked() {
+	if m.changed != nil {
+		close(m.changed)
+		m.changed = nil
+	}
+}
+
+// openFailed ends an opening that pick asked for and that failed.
+func (m *mux) openFailed() {
+	m.mu.Lock()
+	m.opening--
+	m.changedLocked()
+	m.mu.Unlock()
 }
 
 // join adds sess, taken from the pool after pick said open, to the set
@@ -118,6 +169,7 @@ func (m *mux) join(sess session, tag holds.Tag) *muxConn {
 	m.mu.Lock()
 	m.opening--
 	m.conns = append(m.conns, c)
+	m.changedLocked()
 	m.mu.Unlock()
 	c.startChecks()
 	return c
@@ -135,6 +187,7 @@ func (m *mux) adopt(lk *Lock) bool {
 	}
 	lk.mc, lk.sess = c, nil
 	m.conns = append(m.conns, c)
+	m.changedLocked()
 	m.mu.Unlock()
 	c.startChecks()
 	return true
@@ -147,6 +200,7 @@ func (m *mux) removeLocked(c *muxConn) {
 			m.conns[i] = m.conns[len(m.conns)-1]
 			m.conns[len(m.conns)-1] = nil
 			m.conns = m.conns[:len(m.conns)-1]
+			m.changedLocked() // room for another
 			return
 		}
 	}
@@ -203,16 +257,21 @@ func (m *mux) try(ctx context.Context, key Key, shared bool, w *waitBound) (_ *L
 	l := m.l
 	tag := tagOf(key)
 	for {
-		c, open := m.pick(tag)
-		switch {
-		case c == nil && !open:
+		c, p, changed := m.pick(tag)
+		switch p {
+		case ownConn:
 			return nil, nil, false
-		case c == nil:
+		case awaitConn:
+			select {
+			case <-changed:
+				continue
+			case <-w.ctx.Done():
+				return nil, l.connTimeout(w, nil), true
+			}
+		case openConn:
 			s, err := l.conn(w)
 			if err != nil {
-				m.mu.Lock()
-				m.opening--
-				m.mu.Unlock()
+				m.openFailed()
 				return nil, err, true
 			}
 			c = m.join(s, tag)

@@ -1,6 +1,7 @@
 package advisory_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -641,4 +642,164 @@ func nothingLeft(t *testing.T, conn *pgx.Conn, inUse func() int) {
 	if n := inUse(); n != 0 {
 		t.Fatalf("%d connections out of the pool after releasing every lock", n)
 	}
+}
+
+// distinctHolders counts the granted advisory locks of conn's database and
+// the distinct backends holding them.
+func distinctHolders(t tb, conn *pgx.Conn) (locks, pids int) {
+	t.Helper()
+	if err := conn.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&locks, &pids); err != nil {
+		t.Fatal(err)
+	}
+	return locks, pids
+}
+
+// TestMultiplexedColdBurstOfTryOncesStaysOnTheSet: a fresh Locker with a
+// set of 4 on a pool of 8, and 32 goroutines taking 2,000 distinct free
+// keys with TryLock at once, holding them. While the set's first
+// connections are still opening, a try-once waits for one of them rather
+// than pinning a connection of its own: every TryLock succeeds (none waits
+// for the pool, which has 4 connections to spare), the 2,000 locks are on
+// at most 4 backends in pg_locks, and at most 4 connections are out of the
+// pool. The wait timeout is far longer than opening a connection takes, so
+// a TryLock that times out waited for something else: the pool, which a
+// try-once that pinned a connection of its own exhausts.
+func TestMultiplexedColdBurstOfTryOncesStaysOnTheSet(t *testing.T) {
+	forEachMuxBackend(t, func(t *testing.T, mc muxCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		conn := admin(t, db)
+		const set, pool, workers, keys = 4, 8, 32, 2000
+		l, inUse := mc.open(t, db, pool, advisory.WithMultiplexing(set), advisory.WithTimeout(30*time.Second))
+		if err := l.Verify(ctx); err != nil { // the probe's connections are closed: the set is cold
+			t.Fatal(err)
+		}
+		locks := make([]*advisory.Lock, keys)
+		errs := make([]error, keys)
+		ready := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				<-ready
+				for i := w; i < keys; i += workers {
+					locks[i], errs[i] = l.TryLock(ctx, advisory.KeyInt(int64(i)))
+				}
+			})
+		}
+		close(ready)
+		wg.Wait()
+		failed := 0
+		var first error
+		for i, err := range errs {
+			if err != nil {
+				failed++
+				first = cmp.Or(first, err)
+				continue
+			}
+			defer locks[i].Release(ctx) // on a failure below; ErrNotHeld after the releases
+		}
+		held, pids := distinctHolders(t, conn)
+		out := inUse()
+		if failed > 0 || held != keys || pids > set || out > set {
+			t.Fatalf("%d of %d TryLocks failed (first: %v); pg_locks shows %d locks on %d backends, %d connections out of the pool; want all %d on at most %d",
+				failed, keys, first, held, pids, out, keys, set)
+		}
+		for _, lk := range locks {
+			mustRelease(t, lk)
+		}
+		nothingLeft(t, conn, inUse)
+	})
+}
+
+// locksPerBackend counts the granted advisory locks of conn's database per
+// backend.
+func locksPerBackend(t tb, conn *pgx.Conn) map[uint32]int {
+	t.Helper()
+	m := map[uint32]int{}
+	for _, pid := range heldByPID(t, conn) {
+		m[pid]++
+	}
+	return m
+}
+
+// TestMultiplexedPlacementGrowsWithConcurrency: the placement the set does
+// (docs/advisory.md). TryLocks made one after another on an idle set all
+// ride one connection: the set opens another only when every connection
+// is busy with a statement. A concurrent burst opens more (at most the
+// set's size); after it, each sequential TryLock goes to an idle
+// connection with the fewest locks.
+func TestMultiplexedPlacementGrowsWithConcurrency(t *testing.T) {
+	forEachMuxBackend(t, func(t *testing.T, mc muxCase) {
+		leakCheck(t)
+		db := pgtest.New(t)
+		ctx := context.Background()
+		conn := admin(t, db)
+		const set = 4
+		l, inUse := mc.open(t, db, 8, advisory.WithMultiplexing(set), advisory.WithTimeout(30*time.Second))
+		var locks []*advisory.Lock
+		defer func() {
+			for _, lk := range locks {
+				lk.Release(ctx) // on a failure; ErrNotHeld after the releases below
+			}
+		}()
+		next := int64(0)
+		take := func() *advisory.Lock {
+			next++
+			lk := mustLock(t)(l.TryLock(ctx, advisory.KeyInt(next)))
+			locks = append(locks, lk)
+			return lk
+		}
+		for range 50 {
+			take()
+		}
+		if per := locksPerBackend(t, conn); len(per) != 1 || inUse() != 1 {
+			t.Fatalf("50 sequential TryLocks on an idle set: on backends %v, %d connections out of the pool; want one", per, inUse())
+		}
+
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		ready := make(chan struct{})
+		for w := range 16 {
+			wg.Go(func() {
+				<-ready
+				for i := range 20 {
+					lk, err := l.TryLock(ctx, advisory.KeyInt(int64(10_000+w*100+i)))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					locks = append(locks, lk)
+					mu.Unlock()
+				}
+			})
+		}
+		close(ready)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if per := locksPerBackend(t, conn); len(per) > set {
+			t.Fatalf("after a burst: locks on %d backends %v, want at most the set's %d", len(per), per, set)
+		}
+		for range 20 {
+			before := locksPerBackend(t, conn)
+			fewest := len(locks)
+			for _, n := range before {
+				fewest = min(fewest, n)
+			}
+			lk := take()
+			pids := holderPIDs(t, conn, lk.Key())
+			if len(pids) != 1 || before[pids[0]] != fewest {
+				t.Fatalf("a sequential TryLock landed on backend %v holding %d locks; the set's backends held %v", pids, before[pids[0]], before)
+			}
+		}
+		for _, lk := range locks {
+			mustRelease(t, lk)
+		}
+		nothingLeft(t, conn, inUse)
+	})
 }
