@@ -1,7 +1,9 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -562,5 +564,56 @@ func TestMiddlewareInformationalResponsesPassThrough(t *testing.T) {
 	}
 	if len(hints) != 0 {
 		t.Fatalf("the replay sent informational responses %+v", hints)
+	}
+}
+
+// TestMiddlewareFingerprintIncludesTheQuery: POST /transfer?amount=10 and
+// ?amount=1000 under one key are two requests (422), not a replay of the
+// first; the same query again replays. A request without a query keeps
+// the fingerprint it always had (SHA-256 of method, NUL, path, NUL, body),
+// so keys recorded before the query counted still match their retries.
+func TestMiddlewareFingerprintIncludesTheQuery(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	s := newServer(t, db, false)
+	send := func(target, key string) response {
+		req, err := http.NewRequest(http.MethodPost, s.URL+target, strings.NewReader("transfer"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", key)
+		res, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return response{res.StatusCode, res.Header, string(b)}
+	}
+	first := send("/transfer?amount=10", "k")
+	if first.status != http.StatusCreated {
+		t.Fatalf("first: %+v", first)
+	}
+	if r := send("/transfer?amount=1000", "k"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("another amount under the same key: %d %s, want 422", r.status, r.body)
+	}
+	if r := send("/transfer?amount=10", "k"); r.status != first.status || r.body != first.body || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same query again: %+v, want the replay of %+v", r, first)
+	}
+	if r := send("/transfer", "k"); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("no query under the key of ?amount=10: %d, want 422", r.status)
+	}
+	if s.runs.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1", s.runs.Load())
+	}
+	if r := send("/transfer", "plain"); r.status != http.StatusCreated {
+		t.Fatalf("without a query: %+v", r)
+	}
+	var fp []byte
+	if err := db.Pool().QueryRow(context.Background(), `SELECT fingerprint FROM sqlock_idem WHERE key = 'plain'`).Scan(&fp); err != nil {
+		t.Fatal(err)
+	}
+	if want := sha256.Sum256([]byte("POST\x00/transfer\x00transfer")); !bytes.Equal(fp, want[:]) {
+		t.Fatalf("a query-less request's fingerprint changed: %x, want %x", fp, want)
 	}
 }

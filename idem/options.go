@@ -195,7 +195,9 @@ func WithScope(scope func(r *http.Request) string) Option {
 // WithFingerprint sets how [Middleware] fingerprints a request: a reused
 // key with a different fingerprint is answered 422. body is the whole
 // request body (also readable again from r.Body). The default is SHA-256 of
-// the method, the path and the body.
+// the method, the path, the query string (byte for byte: a request that
+// differs only in its query, ?amount=10 against ?amount=1000, is another
+// request, answered 422 under the same key) and the body.
 func WithFingerprint(f func(r *http.Request, body []byte) []byte) Option {
 	return func(c *config) error {
 		if f == nil {
