@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sqlock/sqlock/internal/observetest"
@@ -77,17 +78,38 @@ func TestAttemptLimit(t *testing.T) {
 	}
 }
 
+// WithMaxElapsed refuses the wait that would end past the limit, and allows
+// one that ends on it: with 10 ms waits, a 50 ms limit has attempts at 0,
+// 10, …, 50 ms (six), a 49 ms limit stops after the fifth, at 40 ms. Inside
+// the bubble the clock is exact, so these are counts and instants, not
+// windows.
 func TestElapsedLimit(t *testing.T) {
-	fn, calls := failing(1000, causeErr("stale"))
-	err := Do(context.Background(), fn, WithMaxAttempts(1000),
-		WithBackoff(Constant(10*time.Millisecond)), WithMaxElapsed(55*time.Millisecond))
-	var ex *ExhaustedError
-	if !errors.As(err, &ex) || ex.Reason != ReasonElapsed {
-		t.Fatalf("got %v", err)
-	}
-	// 55ms of budget fits at most five 10ms waits.
-	if *calls < 2 || *calls > 6 {
-		t.Fatalf("calls %d, want 2..6 within a 55ms budget of 10ms waits", *calls)
+	for _, tc := range []struct {
+		limit    time.Duration
+		attempts int
+	}{{50 * time.Millisecond, 6}, {49 * time.Millisecond, 5}, {55 * time.Millisecond, 6}} {
+		t.Run(tc.limit.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var at []time.Duration
+				err := Do(t.Context(), func(context.Context) error {
+					at = append(at, time.Since(start))
+					return causeErr("stale")
+				}, WithMaxAttempts(1000), WithBackoff(Constant(10*time.Millisecond)), WithMaxElapsed(tc.limit))
+				var ex *ExhaustedError
+				if !errors.As(err, &ex) || ex.Reason != ReasonElapsed || ex.Attempts != tc.attempts {
+					t.Fatalf("got %v, want ReasonElapsed after %d attempts", err, tc.attempts)
+				}
+				for i, d := range at {
+					if want := time.Duration(i) * 10 * time.Millisecond; d != want {
+						t.Fatalf("attempts at %v, want every 10ms from 0", at)
+					}
+				}
+				if len(at) != tc.attempts || time.Since(start) != at[len(at)-1] {
+					t.Fatalf("%d attempts at %v, returned at %v: want %d, returning at the last", len(at), at, time.Since(start), tc.attempts)
+				}
+			})
+		})
 	}
 }
 
@@ -145,29 +167,43 @@ func TestConstant(t *testing.T) {
 	}
 }
 
+// A cancellation during a backoff wait ends the wait at that instant, with
+// ReasonContext and both errors, and fn does not run again.
 func TestCancelledMidSleep(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	calls := 0
-	done := make(chan error, 1)
-	go func() {
-		done <- Do(ctx, func(context.Context) error {
-			calls++
-			return causeErr("stale")
-		}, WithBackoff(Constant(time.Hour)))
-	}()
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	err := <-done
-	var ex *ExhaustedError
-	if !errors.As(err, &ex) || ex.Reason != ReasonContext {
-		t.Fatalf("got %v", err)
-	}
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, causeErr("stale")) {
-		t.Fatal("must wrap both the context error and the last error")
-	}
-	if calls != 1 {
-		t.Fatalf("fn ran %d times after cancellation", calls)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		calls := 0
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			done <- Do(ctx, func(context.Context) error {
+				calls++
+				return causeErr("stale")
+			}, WithBackoff(Constant(time.Hour)))
+		}()
+		time.Sleep(time.Hour - time.Nanosecond)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("returned before the hour's wait ended or the context did: %v", err)
+		default:
+		}
+		cancel()
+		err := <-done
+		if waited := time.Since(start); waited != time.Hour-time.Nanosecond {
+			t.Fatalf("returned %v after the start, want at the cancellation", waited)
+		}
+		var ex *ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason != ReasonContext {
+			t.Fatalf("got %v", err)
+		}
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, causeErr("stale")) {
+			t.Fatal("must wrap both the context error and the last error")
+		}
+		if calls != 1 {
+			t.Fatalf("fn ran %d times after cancellation", calls)
+		}
+	})
 }
 
 func TestNeverRetried(t *testing.T) {
@@ -350,48 +386,49 @@ func BenchmarkDirectCall(b *testing.B) {
 }
 
 // WithMaxElapsed promises a limit counted from when the first attempt
-// started: a first attempt that alone takes longer than the limit leaves no
-// time for a second, through every entry point. (A slower machine only
-// makes the first attempt longer, so this holds at any speed.)
+// started, through every entry point: a first attempt of 15 ms leaves no
+// room for a 10 ms wait under a 20 ms limit (counted from the first
+// failure, the wait would fit). Time is exact inside the bubble.
 func TestMaxElapsedCountsFromDoStart(t *testing.T) {
 	const limit = 20 * time.Millisecond
-	ctx := context.Background()
 	slowFirst := func() (func(context.Context) error, *int) {
 		calls := 0
 		return func(context.Context) error {
 			calls++
 			if calls == 1 {
-				time.Sleep(2 * limit) // the operation itself is slow, not a synchronisation
+				time.Sleep(15 * time.Millisecond) // the operation itself is slow
 			}
 			return causeErr("stale")
 		}, &calls
 	}
-	opts := []Option{WithMaxElapsed(limit), WithBackoff(Constant(0)), WithMaxAttempts(100)}
-	for name, run := range map[string]func(fn func(context.Context) error) error{
-		"Do":        func(fn func(context.Context) error) error { return Do(ctx, fn, opts...) },
-		"Policy.Do": func(fn func(context.Context) error) error { return New(opts...).Do(ctx, fn) },
-		"DoValue": func(fn func(context.Context) error) error {
+	opts := []Option{WithMaxElapsed(limit), WithBackoff(Constant(10 * time.Millisecond)), WithMaxAttempts(100)}
+	for name, run := range map[string]func(ctx context.Context, fn func(context.Context) error) error{
+		"Do":        func(ctx context.Context, fn func(context.Context) error) error { return Do(ctx, fn, opts...) },
+		"Policy.Do": func(ctx context.Context, fn func(context.Context) error) error { return New(opts...).Do(ctx, fn) },
+		"DoValue": func(ctx context.Context, fn func(context.Context) error) error {
 			_, err := DoValue(ctx, func(ctx context.Context) (int, error) { return 0, fn(ctx) }, opts...)
 			return err
 		},
-		"Wrap": func(fn func(context.Context) error) error {
+		"Wrap": func(ctx context.Context, fn func(context.Context) error) error {
 			_, err := Wrap(func(ctx context.Context, _ int) (int, error) { return 0, fn(ctx) }, opts...)(ctx, 1)
 			return err
 		},
-		"WrapErr": func(fn func(context.Context) error) error {
+		"WrapErr": func(ctx context.Context, fn func(context.Context) error) error {
 			return WrapErr(func(ctx context.Context, _ int) error { return fn(ctx) }, opts...)(ctx, 1)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			fn, calls := slowFirst()
-			err := run(fn)
-			var ex *ExhaustedError
-			if !errors.As(err, &ex) || ex.Reason != ReasonElapsed || ex.Attempts != 1 {
-				t.Fatalf("got %v", err)
-			}
-			if *calls != 1 {
-				t.Fatalf("ran %d times; the first attempt alone used up the %v limit", *calls, limit)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				fn, calls := slowFirst()
+				err := run(t.Context(), fn)
+				var ex *ExhaustedError
+				if !errors.As(err, &ex) || ex.Reason != ReasonElapsed || ex.Attempts != 1 {
+					t.Fatalf("got %v", err)
+				}
+				if *calls != 1 {
+					t.Fatalf("ran %d times; the first attempt's 15ms and a 10ms wait pass the %v limit", *calls, limit)
+				}
+			})
 		})
 	}
 }
