@@ -1,0 +1,213 @@
+package lockedtx
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/observe"
+	"github.com/sqlock/sqlock/retry"
+)
+
+// fakeServer is a PostgreSQL as a deadline-bound lock wait sees it, in
+// memory, for tests inside a synctest bubble (where time is exact): every
+// statement costs one round trip, rtt (half each way), and the lock
+// statement waits, on the server, for the lock to be released or for its
+// lock_timeout, then answers 55P03. Each pgx handle of it (Begin) runs the
+// generic BeginFunc path: BEGIN alone, measured, then the lock statements.
+type fakeServer struct {
+	rtt time.Duration
+
+	mu       sync.Mutex
+	released chan struct{} // closed when the holder lets go; nil: never
+	locks    []string      // the lock statements received
+	commits  int
+}
+
+func (s *fakeServer) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
+	if err := s.trip(ctx, s.rtt); err != nil {
+		return nil, err
+	}
+	return &fakeTx{s: s}, nil
+}
+
+// trip spends d of the network, or returns ctx's error when ctx ends first.
+func (s *fakeServer) trip(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+var lockTimeoutRE = regexp.MustCompile(`lock_timeout = '(\d+)ms'`)
+
+// lock serves the lock statements: one way there, the wait, one way back.
+func (s *fakeServer) lock(ctx context.Context, sql string) error {
+	s.mu.Lock()
+	s.locks = append(s.locks, sql)
+	released := s.released
+	s.mu.Unlock()
+	m := lockTimeoutRE.FindStringSubmatch(sql)
+	if m == nil {
+		return errors.New("fake: no lock_timeout in " + sql)
+	}
+	ms, _ := strconv.Atoi(m[1])
+	if err := s.trip(ctx, s.rtt/2); err != nil {
+		return err
+	}
+	timeout := time.NewTimer(time.Duration(ms) * time.Millisecond)
+	defer timeout.Stop()
+	var answer error
+	select {
+	case <-ctx.Done():
+		return ctx.Err() // the client cut the statement
+	case <-released:
+	case <-timeout.C:
+		answer = &pgconn.PgError{Severity: "ERROR", Code: "55P03", Message: "canceling statement due to lock timeout"}
+	}
+	if err := s.trip(ctx, s.rtt/2); err != nil {
+		return err
+	}
+	return answer
+}
+
+type fakeTx struct {
+	pgx.Tx // only the methods below are called
+	s      *fakeServer
+}
+
+func (t *fakeTx) Exec(ctx context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, t.s.lock(ctx, sql)
+}
+
+func (t *fakeTx) Commit(ctx context.Context) error {
+	if err := t.s.trip(ctx, t.s.rtt); err != nil {
+		return err
+	}
+	t.s.mu.Lock()
+	t.s.commits++
+	t.s.mu.Unlock()
+	return nil
+}
+
+func (t *fakeTx) Rollback(ctx context.Context) error { return t.s.trip(ctx, t.s.rtt) }
+
+// runFake runs one locked transaction on s with the caller's deadline
+// deadline away, fn taking hold, and returns its error and when it
+// returned (from the call).
+func runFake(t *testing.T, s *fakeServer, deadline, hold time.Duration, opts ...option) (time.Duration, *observetest.Recorder, error) {
+	t.Helper()
+	var evs observetest.Recorder
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	opts = append([]option{withTimeout(time.Hour), func(c *Config) { c.Observer = &evs }}, opts...)
+	err := Run(ctx, s, advisory.KeyOf("bound"), PgxBegin(s), func(context.Context, pgx.Tx) error {
+		time.Sleep(hold)
+		return nil
+	}, opts)
+	return time.Since(start), &evs, err
+}
+
+// A wait the caller's deadline bounds ends on the server, before the
+// deadline: over a network of 100 ms round trips with the lock held
+// throughout and a 3 s deadline, BEGIN (measured: 100 ms) leaves 2.9 s, of
+// which 3.5 round trips are kept back (no hold seen yet: the hold counts as
+// one round trip) — lock_timeout 2,550 ms — the 55P03 arrives at 2.75 s
+// and the call returns after its ROLLBACK, at 2.85 s, before the deadline
+// cut anything: the typed timeout, matching
+// context.DeadlineExceeded, one Timeout event, not retried even under
+// RetryLockTimeout, nothing committed.
+func TestDeadlineBoundWaitAnswersBeforeTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rtt, deadline = 100 * time.Millisecond, 3 * time.Second
+		s := &fakeServer{rtt: rtt}
+		took, evs, err := runFake(t, s, deadline, 0, func(c *Config) { c.RetryOpts = []retry.Option{retry.RetryLockTimeout()} })
+		var le *LockError
+		if !errors.As(err, &le) || !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) ||
+			!le.ByDeadline || retry.SQLState(err) != "55P03" {
+			t.Fatalf("got %v, want the server's 55P03 as the typed timeout of the deadline", err)
+		}
+		const bound = deadline - rtt - 7*rtt/2
+		if answered := rtt + bound + rtt + rtt; le.Timeout != bound || took != answered {
+			t.Fatalf("bound %v, returned at %v; want %v, returned at %v", le.Timeout, took, bound, answered)
+		}
+		if len(s.locks) != 1 || s.commits != 0 {
+			t.Fatalf("%d lock statements, %d commits: want 1 and 0", len(s.locks), s.commits)
+		}
+		if evs.Count(observe.LockAcquire, observe.Timeout) != 1 || evs.Count(observe.Retry, observe.OutcomeNone) != 0 {
+			t.Fatalf("events: %+v", evs.Events())
+		}
+	})
+}
+
+// A waiter granted at the last moment of its bound still has the time it
+// kept back for its transaction: fn and COMMIT end before the deadline.
+func TestGrantAtTheEndOfTheBoundLeavesTimeToCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rtt, deadline = 100 * time.Millisecond, 3 * time.Second
+		const bound = deadline - rtt - 7*rtt/2
+		s := &fakeServer{rtt: rtt, released: make(chan struct{})}
+		// The holder lets go 1 ms before the wait would time out: BEGIN's
+		// round trip, half a round trip to the server, the bound less 1 ms.
+		time.AfterFunc(rtt+rtt/2+bound-time.Millisecond, func() { close(s.released) })
+		took, _, err := runFake(t, s, deadline, rtt/2)
+		if err != nil {
+			t.Fatalf("granted at the end of the bound: %v", err)
+		}
+		if took >= deadline || s.commits != 1 {
+			t.Fatalf("committed %d times, returned at %v: want once, before the %v deadline", s.commits, took, deadline)
+		}
+	})
+}
+
+// When BEGIN's round trip alone passes the deadline, no lock statement is
+// sent: the typed timeout of the deadline with no server error, one
+// Timeout event, the transaction rolled back, fn not run.
+func TestNoTimeLeftSendsNoLockStatement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &fakeServer{rtt: 100 * time.Millisecond}
+		_, evs, err := runFake(t, s, 50*time.Millisecond, 0)
+		var le *LockError
+		if !errors.As(err, &le) || !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || le.Err != nil {
+			t.Fatalf("got %v, want the typed timeout with nothing from the server", err)
+		}
+		if len(s.locks) != 0 || s.commits != 0 || evs.Count(observe.LockAcquire, observe.Timeout) != 1 {
+			t.Fatalf("%d lock statements, %d commits, events %+v: want none, none, one Timeout", len(s.locks), s.commits, evs.Events())
+		}
+	})
+}
+
+// A cancellation ends a wait the deadline bounds at once: the call returns
+// context.Canceled one ROLLBACK after the cancellation, long before the
+// bound would have run out.
+func TestCancelEndsDeadlineBoundWaitAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rtt = 100 * time.Millisecond
+		s := &fakeServer{rtt: rtt}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		const at = 10 * time.Second
+		time.AfterFunc(at, cancel)
+		start := time.Now()
+		err := Run(ctx, s, advisory.KeyOf("bound"), PgxBegin(s), func(context.Context, pgx.Tx) error { return nil },
+			[]option{withTimeout(2 * time.Hour)})
+		if !errors.Is(err, context.Canceled) || time.Since(start) != at+rtt {
+			t.Fatalf("got %v at %v, want context.Canceled at %v", err, time.Since(start), at+rtt)
+		}
+	})
+}
