@@ -617,3 +617,23 @@ func TestMiddlewareFingerprintIncludesTheQuery(t *testing.T) {
 		t.Fatalf("a query-less request's fingerprint changed: %x, want %x", fp, want)
 	}
 }
+
+// TestMiddlewareRefusesMethodsNoRequestHas: WithMethods("post") would
+// never match a POST (methods are case-sensitive) and leave idempotency
+// silently off: it is refused, as are an empty method and one that is not
+// an HTTP token; upper-case and extension methods are taken.
+func TestMiddlewareRefusesMethodsNoRequestHas(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	scope := idem.WithScope(func(*http.Request) string { return "" })
+	for _, m := range []string{"post", "Post", "", "PO ST", "POST\n", "PÖST"} {
+		if _, err := idem.Middleware(db.Pool(), scope, idem.WithMethods(http.MethodPut, m)); !errors.Is(err, sqlock.ErrInvalidOption) {
+			t.Errorf("WithMethods(%q): %v, want ErrInvalidOption", m, err)
+		}
+	}
+	for _, m := range []string{http.MethodPost, http.MethodDelete, "PROPPATCH", "X-CHARGE"} {
+		if _, err := idem.Middleware(db.Pool(), scope, idem.WithMethods(m)); err != nil {
+			t.Errorf("WithMethods(%q): %v", m, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sqlock/sqlock"
@@ -136,6 +137,10 @@ func WithHeader(name string) Option {
 
 // WithMethods sets the request methods [Middleware] applies to (default
 // POST and PATCH); requests with other methods pass through untouched.
+// Methods are case-sensitive (RFC 9110) and net/http's are upper case: a
+// method with a lower-case letter ("post", which would never match a POST
+// and leave idempotency silently off), an empty one or one that is not an
+// HTTP token is refused.
 func WithMethods(methods ...string) Option {
 	return func(c *config) error {
 		if len(methods) == 0 {
@@ -143,10 +148,31 @@ func WithMethods(methods ...string) Option {
 		}
 		c.methods = map[string]bool{}
 		for _, m := range methods {
+			if err := checkMethod(m); err != nil {
+				return err
+			}
 			c.methods[m] = true
 		}
 		return nil
 	}
+}
+
+// checkMethod refuses what no request's method can equal as net/http
+// compares it: byte for byte, the standard methods upper case.
+func checkMethod(m string) error {
+	if m == "" || strings.IndexFunc(m, func(r rune) bool { return !isTokenChar(r) }) >= 0 {
+		return invalid("method %q: want an HTTP method such as http.MethodPost", m)
+	}
+	if up := strings.ToUpper(m); up != m {
+		return invalid("method %q would never match a request: HTTP methods are case-sensitive and net/http's are upper case; write %q", m, up)
+	}
+	return nil
+}
+
+// isTokenChar reports whether r may appear in an HTTP token (RFC 9110
+// tchar), which a method is.
+func isTokenChar(r rune) bool {
+	return r < 0x7f && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
 }
 
 // WithOptionalKey makes [Middleware] pass requests without the header

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // Handle is the database handle a Manager runs on: a database/sql pool
@@ -27,7 +29,8 @@ var errNoRows = errors.New("lease: no rows")
 var errNoListen = errors.New("lease: this driver cannot LISTEN; waiting by polling")
 
 // A backend runs the Manager's statements on pooled connections; none is
-// pinned except the listener's.
+// pinned except the listener's. Its errors name the cure of a pooler's
+// prepared-statement failure (pgerr.PoolerPrepared).
 type backend interface {
 	queryRow(ctx context.Context, query string, args []any, dest ...any) error
 	// exec runs a query without arguments, which both drivers send with
@@ -62,12 +65,12 @@ func (b sqlBackend) queryRow(ctx context.Context, query string, args []any, dest
 	if errors.Is(err, sql.ErrNoRows) {
 		return errNoRows
 	}
-	return err
+	return pgerr.PoolerPrepared(err)
 }
 
 func (b sqlBackend) exec(ctx context.Context, query string) error {
 	_, err := b.db.ExecContext(ctx, query)
-	return err
+	return pgerr.PoolerPrepared(err)
 }
 
 // pgxConner is a driver connection with the *pgx.Conn underneath (pgx's
@@ -114,7 +117,7 @@ func (b pgxBackend) queryRow(ctx context.Context, query string, args []any, dest
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errNoRows
 	}
-	return err
+	return pgerr.PoolerPrepared(err)
 }
 
 func (b pgxBackend) exec(ctx context.Context, query string) error {
@@ -122,7 +125,7 @@ func (b pgxBackend) exec(ctx context.Context, query string) error {
 	if neverSent(ctx, err) {
 		_, err = b.p.Exec(ctx, query)
 	}
-	return err
+	return pgerr.PoolerPrepared(err)
 }
 
 // neverSent reports whether err says the statement never reached the

@@ -1,0 +1,56 @@
+package lease_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/lease"
+)
+
+// Through PgBouncer 1.18 in transaction mode, pgx's default query exec mode
+// fails the Manager's statements with 42P05 or 26000 once two clients share
+// a server connection: TryAcquire and Release answer with an error matching
+// sqlock.ErrUnsupported that names the cure, default_query_exec_mode=exec,
+// and wraps the driver's error; with the cure in the DSN they succeed.
+func TestPgBouncerDefaultExecModeNamesTheCure(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	trap, cure := pgtest.StartPreparedTrap(t, db)
+	ctx := context.Background()
+	for _, bc := range backends[:2] { // pgx's drivers; lib/pq prepares unnamed statements
+		for _, c := range []struct {
+			dsn   string
+			cured bool
+		}{{trap, false}, {cure, true}} {
+			name := bc.name + "/trap"
+			if c.cured {
+				name = bc.name + "/cured"
+			}
+			t.Run(name, func(t *testing.T) {
+				ms := [2]*lease.Manager{bc.open(t, c.dsn), bc.open(t, c.dsn)}
+				failed := 0
+				check := func(n int, err error) {
+					switch {
+					case err == nil:
+					case c.cured:
+						t.Fatalf("call %d with the cure: %v", n, err)
+					default:
+						pgtest.CheckPreparedTrap(t, err)
+						failed++
+					}
+				}
+				for n := range 6 {
+					l, err := ms[n%2].TryAcquire(ctx, "execmode-"+name, roomyTTL)
+					check(n, err)
+					if err == nil {
+						check(n, l.Release(ctx))
+					}
+				}
+				if !c.cured && failed == 0 {
+					t.Fatal("no call failed in pgx's default mode: the trap is not set")
+				}
+			})
+		}
+	}
+}
