@@ -12,6 +12,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // Handle is a database pool: database/sql (pgx's stdlib driver, lib/pq) or
@@ -106,11 +107,13 @@ func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
 	return errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
 }
 
+// wrapDB says which step a database error came from, and names the cure
+// of a pooler's prepared-statement failure (pgerr.PoolerPrepared).
 func wrapDB(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("idem: %s: %w", op, err)
+	return fmt.Errorf("idem: %s: %w", op, pgerr.PoolerPrepared(err))
 }
 
 // statements are the statements of one table.
