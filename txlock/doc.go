@@ -35,8 +35,10 @@
 //     [ErrAlreadyHeld].
 //   - Bad input is refused before anything is sent, with an error matching
 //     sqlock.ErrNilHandle, sqlock.ErrInvalidOption or advisory.ErrInvalidKey.
-//   - Works through PgBouncer in transaction mode; [WithObserver] reports
-//     lock and retry events.
+//   - Works through PgBouncer in transaction mode, with
+//     default_query_exec_mode=exec in the DSN before PgBouncer 1.21 (else
+//     its 42P05/26000 failures match sqlock.ErrUnsupported and name that
+//     cure); [WithObserver] reports lock and retry events.
 //
 // The whole contract — outcomes, deadlines, the statements on the wire and
 // the round trips per handle — is in docs/txlock.md in the repository.
