@@ -267,7 +267,9 @@ func canonicalHeaders(names []string) []string {
 
 // WithLeaseTTL sets the lease a [RunPhases] attempt holds on its key
 // (default [DefaultLeaseTTL]): after a crash, the key is free again this
-// long after the last renewal. It must be at least [lease.MinTTL].
+// long after the last renewal, and an attempt waits at least this long for
+// a key another holds. Give every attempt on a key the same TTL. It must be
+// at least [lease.MinTTL].
 func WithLeaseTTL(d time.Duration) Option {
 	return func(c *config) error {
 		if d < lease.MinTTL {

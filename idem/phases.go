@@ -36,7 +36,8 @@ type Phase struct {
 
 // DefaultLeaseTTL is the lease a [RunPhases] attempt holds on its key,
 // unless [WithLeaseTTL] says otherwise: a crashed attempt's key is free
-// again this long after its last renewal.
+// again this long after its last renewal, and a later attempt waits this
+// long for it (longer than lease.DefaultTimeout, 5 s).
 const DefaultLeaseTTL = 30 * time.Second
 
 // ErrNotPhased: [RunPhases] found the key recorded by [Do] or the
@@ -49,9 +50,13 @@ var ErrNotPhased = errors.New("idem: key recorded by another form than RunPhases
 // anything.
 //
 // An attempt holds a lease on the key, taken from leases (a
-// [lease.Manager] on the database of db, waiting as its
-// [lease.WithTimeout] allows) for [WithLeaseTTL], so that one attempt at a
-// time works on it. It records each phase's completion (its output) in
+// [lease.Manager] on the database of db) for [WithLeaseTTL], so that one
+// attempt at a time works on it. It waits for the key for at least one
+// lease TTL, bounded by ctx — longer than the Manager's own
+// [lease.WithTimeout] when that is shorter — so that a retry after a
+// crashed attempt (whose lease, of the same TTL, is free at most one TTL
+// after its last renewal) finds the key free instead of timing out; give
+// every attempt on a key the same [WithLeaseTTL]. It records each phase's completion (its output) in
 // the keys table in a transaction of its own, guarded by the lease
 // ([lease.Lease.Guard]): an attempt that lost its lease cannot record,
 // and a completed — recorded — phase is never run again. A later attempt
@@ -82,7 +87,7 @@ func RunPhases[DB Handle](ctx context.Context, db DB, leases *lease.Manager, sco
 		return nil, err
 	}
 	id := k.id(c.table)
-	l, err := leases.Acquire(ctx, "idem:"+id, c.leaseTTL)
+	l, err := acquireKey(ctx, leases, "idem:"+id, c.leaseTTL)
 	if err != nil {
 		return nil, fmt.Errorf("idem: taking the key's lease: %w", err)
 	}
@@ -109,6 +114,23 @@ func RunPhases[DB Handle](ctx context.Context, db DB, leases *lease.Manager, sco
 		done = append(done, out)
 	}
 	return done, nil
+}
+
+// acquireKey takes the key's lease, waiting for at least one lease TTL
+// (bounded by ctx): time enough for the lease of a crashed attempt, which
+// held it for the same TTL, to expire — whatever shorter bound the Manager
+// sets on one Acquire (lease.DefaultTimeout, 5 s, against the default
+// lease of 30 s: a retry after a crash used to time out long before the
+// dead attempt's lease ran out). An Acquire that times out before one TTL
+// has passed since the first began is tried again.
+func acquireKey(ctx context.Context, leases *lease.Manager, name string, ttl time.Duration) (*lease.Lease, error) {
+	until := time.Now().Add(ttl)
+	for {
+		l, err := leases.Acquire(ctx, name, ttl)
+		if err == nil || !errors.Is(err, lease.ErrTimeout) || ctx.Err() != nil || !time.Now().Before(until) {
+			return l, err
+		}
+	}
 }
 
 func checkPhases(phases []Phase) error {

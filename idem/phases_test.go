@@ -97,8 +97,8 @@ func newPhasedDB(t *testing.T) (*pgtest.DB, *lease.Manager) {
 	return db, lease.New(db.Pool(), lease.WithTimeout(time.Minute))
 }
 
-// phasedChild runs the provider phases for IDEM_KEY with a short lease,
-// printing "AT <point>" and blocking (to be killed) at IDEM_KILL_AT.
+// phasedChild runs the provider phases for IDEM_KEY with a short lease
+// (IDEM_LEASE_TTL, 1 s unless set), printing "AT <point>" and blocking (to be killed) at IDEM_KILL_AT.
 func phasedChild(ctx context.Context, pool *pgxpool.Pool) int {
 	if err := lease.Migrate(ctx, pool); err != nil {
 		fmt.Println(err)
@@ -111,7 +111,15 @@ func phasedChild(ctx context.Context, pool *pgxpool.Pool) int {
 			select {}
 		}
 	})
-	_, err := idem.RunPhases(ctx, pool, leases, "", os.Getenv("IDEM_KEY"), []byte("fp"), phases, idem.WithLeaseTTL(time.Second))
+	ttl := time.Second
+	if v := os.Getenv("IDEM_LEASE_TTL"); v != "" {
+		var err error
+		if ttl, err = time.ParseDuration(v); err != nil {
+			fmt.Println(err)
+			return 2
+		}
+	}
+	_, err := idem.RunPhases(ctx, pool, leases, "", os.Getenv("IDEM_KEY"), []byte("fp"), phases, idem.WithLeaseTTL(ttl))
 	fmt.Println("error: finished without being killed:", err)
 	return 2
 }
@@ -165,6 +173,42 @@ func TestPhasesResumeAfterKill(t *testing.T) {
 				t.Fatalf("replay: %q, %v; want %q", again, err, got)
 			}
 		})
+	}
+}
+
+// TestPhasesRetryAfterACrashWaitsOutItsLease: the defaults made a retry
+// after a crash fail — the dead attempt's lease (30 s) outlived the
+// Manager's wait (5 s), so the retry timed out instead of resuming. Scaled
+// down in the same proportion: a process killed inside its phases with a
+// 3 s lease, and a retry through a Manager whose Acquire waits 300 ms. The
+// retry resumes and finishes (recorded phases not called again), because
+// RunPhases waits for a key for at least one lease TTL.
+func TestPhasesRetryAfterACrashWaitsOutItsLease(t *testing.T) {
+	leakCheck(t)
+	db, _ := newPhasedDB(t)
+	stub := newProvider(t)
+	cmd, out, _ := child(t, "phased", "IDEM_DSN="+db.DSN, "IDEM_KEY=pay-1", "IDEM_STUB="+stub.URL,
+		"IDEM_KILL_AT=charge", "IDEM_LEASE_TTL=3s")
+	if !out.Scan() || out.Text() != "AT charge" {
+		t.Fatalf("child: %q", out.Text())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	shortWait := lease.New(db.Pool(), lease.WithTimeout(300*time.Millisecond))
+	got, err := idem.RunPhases(context.Background(), db.Pool(), shortWait, "", "pay-1", []byte("fp"),
+		providerPhases(stub.URL, nil), idem.WithLeaseTTL(3*time.Second))
+	if err != nil {
+		t.Fatalf("the retry after the crash: %v", err)
+	}
+	for path, want := range map[string]int{"/reserve": 1, "/charge": 1, "/capture": 1} {
+		if calls, _ := stub.count(path); calls != want {
+			t.Fatalf("%s called %d times, want %d", path, calls, want)
+		}
+	}
+	if string(got[0]) != "/reserve#1" {
+		t.Fatalf("reserve's output %q: not the one the killed process recorded", got[0])
 	}
 }
 
