@@ -34,6 +34,27 @@ type fakeServer struct {
 	commits  int
 }
 
+// sent and committed are the lock statements received and the COMMITs.
+func (s *fakeServer) sent() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.locks)
+}
+
+func (s *fakeServer) committed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.commits
+}
+
+// settle lets the bubble's round trips run until every goroutine waits for
+// something other than the clock (a lock, a gate): a second of fake time,
+// then synctest.Wait.
+func settle() {
+	time.Sleep(time.Second)
+	synctest.Wait()
+}
+
 func (s *fakeServer) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
 	if err := s.trip(ctx, s.rtt); err != nil {
 		return nil, err
@@ -208,6 +229,128 @@ func TestCancelEndsDeadlineBoundWaitAtOnce(t *testing.T) {
 			[]option{withTimeout(2 * time.Hour)})
 		if !errors.Is(err, context.Canceled) || time.Since(start) != at+rtt {
 			t.Fatalf("got %v at %v, want context.Canceled at %v", err, time.Since(start), at+rtt)
+		}
+	})
+}
+
+// The estimates a deadline-bound wait keeps back are fed from the clock
+// exactly as the transaction ran: BEGIN sent alone gives a round trip, and
+// each release the hold (grant to end of COMMIT) and COMMIT's round trip.
+// A 2 ms round trip and 32 ms holds keep 1.5 × 32 + 2 × 2 = 52 ms back once
+// two holds were seen; a 320 ms hold then replaces the hold estimate (the
+// reserve 484 ms), and the 32 ms holds after it bring it down by a sixteenth
+// of the difference each: to 302 ms (457 ms kept back), then 285.125 ms
+// (431.6875 ms).
+func TestEstimatesFollowTheTransactionsTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		a := &Attempt{plan: &plan{}, ctx: ctx}
+		sent := time.Now()
+		time.Sleep(2 * time.Millisecond)
+		a.begunAlone(sent)
+		hold := func(d time.Duration) {
+			locked := time.Now()
+			time.Sleep(d - 2*time.Millisecond) // fn
+			sent := time.Now()
+			time.Sleep(2 * time.Millisecond) // COMMIT's round trip
+			a.released(locked, sent)
+		}
+		hold(32 * time.Millisecond)
+		hold(32 * time.Millisecond)
+		for i, want := range []time.Duration{52 * time.Millisecond, 484 * time.Millisecond, 457 * time.Millisecond, 4316875 * time.Microsecond / 10} {
+			if i == 1 {
+				hold(320 * time.Millisecond)
+			} else if i > 1 {
+				hold(32 * time.Millisecond)
+			}
+			if got := a.est.Reserve(time.Hour); got != want {
+				t.Fatalf("step %d: reserve %v, want %v", i, got, want)
+			}
+		}
+	})
+}
+
+// conflict is a lost optimistic write, as package retry classifies one.
+type conflict struct{}
+
+func (conflict) Error() string      { return "stale" }
+func (conflict) RetryCause() string { return "stale" }
+
+// runOptimistic runs a DoOptimistic-shaped call on s: unlocked is the
+// lock-free first attempt, the locked attempts commit at once.
+func runOptimistic(ctx context.Context, s *fakeServer, hot *HotKeys, unlocked func(context.Context) error) error {
+	return Run(ctx, s, advisory.KeyOf("hot"), PgxBegin(s), func(context.Context, pgx.Tx) error { return nil },
+		[]option{withTimeout(time.Hour), func(c *Config) { c.Unlocked, c.Hot = unlocked, hot }})
+}
+
+// HotKeys, exactly (settle is the instant every call is blocked):
+// while one call's locked attempt waits for the key's lock, a new call
+// sharing the HotKeys skips its lock-free attempt and queues for the lock
+// too; once both are done, a new call is lock-free again.
+func TestHotKeysQueueNewCallsWhileOneIsLocked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &fakeServer{rtt: time.Millisecond, released: make(chan struct{})}
+		var hot HotKeys
+		ctx := t.Context()
+		done := make(chan error, 2)
+		go func() { done <- runOptimistic(ctx, s, &hot, func(context.Context) error { return conflict{} }) }()
+		settle()
+		if s.sent() != 1 {
+			t.Fatalf("%d lock statements after the conflict, want 1 (the retry waiting)", s.sent())
+		}
+		lockFree := false
+		go func() {
+			done <- runOptimistic(ctx, s, &hot, func(context.Context) error { lockFree = true; return nil })
+		}()
+		settle()
+		if lockFree || s.sent() != 2 {
+			t.Fatalf("with one queued: lock-free attempt ran %v, %d lock statements; want none and 2", lockFree, s.sent())
+		}
+		close(s.released)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := runOptimistic(ctx, s, &hot, func(context.Context) error { lockFree = true; return nil }); err != nil || !lockFree || s.sent() != 2 {
+			t.Fatalf("queue drained: %v, lock-free %v, %d lock statements; want a lock-free attempt and no lock", err, lockFree, s.sent())
+		}
+	})
+}
+
+// Of a crowd that starts on a cold key at once, hotBurst first attempts run
+// lock-free together and the others take the lock at once.
+func TestHotKeysLetFourOfACrowdRunLockFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &fakeServer{rtt: time.Millisecond, released: make(chan struct{})}
+		close(s.released) // the key is free
+		var hot HotKeys
+		gate := make(chan struct{})
+		var mu sync.Mutex
+		lockFree := 0
+		const calls = 7
+		done := make(chan error, calls)
+		for range calls {
+			go func() {
+				done <- runOptimistic(t.Context(), s, &hot, func(context.Context) error {
+					mu.Lock()
+					lockFree++
+					mu.Unlock()
+					<-gate
+					return nil
+				})
+			}()
+		}
+		settle()
+		if lockFree != hotBurst || s.committed() != calls-hotBurst {
+			t.Fatalf("%d lock-free at once and %d locked commits, want %d and %d", lockFree, s.committed(), hotBurst, calls-hotBurst)
+		}
+		close(gate)
+		for range calls {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
