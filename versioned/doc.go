@@ -7,7 +7,9 @@
 // Start with a [Table] ([NewTable] or [MustTable]), then [Update] or
 // [Delete] by key and expected version, [UpdateStruct] or [DeleteStruct]
 // for a struct with a lock:"version" field, or [CompareAndSwap] for a state
-// transition that needs no version column.
+// transition that needs no version column. UpdateStruct applies its
+// assignments to the struct (Set("status", "paid") leaves Status "paid"),
+// so each needs a field of its column that holds the value exactly.
 //
 // It promises:
 //

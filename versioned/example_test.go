@@ -118,10 +118,12 @@ func ExampleUpdateStruct() {
 		LockVersion int `lock:"version"`
 	}
 	documents := versioned.MustTable("documents", versioned.WithVersionColumn("lock_version"))
-	doc := &Document{ID: 5, Body: "v2", LockVersion: 1}
-	err := versioned.UpdateStruct(context.Background(), db, documents, doc, versioned.Set("body", doc.Body))
-	fmt.Println(doc.LockVersion, err)
-	// Output: 2 <nil>
+	doc := &Document{ID: 5, Body: "v1", LockVersion: 1}
+	// The struct follows the row: Body gets the value assigned to its
+	// column, LockVersion the new version.
+	err := versioned.UpdateStruct(context.Background(), db, documents, doc, versioned.Set("body", "v2"))
+	fmt.Println(doc.Body, doc.LockVersion, err)
+	// Output: v2 2 <nil>
 }
 
 // A fenced write: the row's fence column must be at most the writer's

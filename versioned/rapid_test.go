@@ -147,7 +147,9 @@ func newStructModel(rt *rapid.T, env modelDB) *structModel {
 		names[c] = f.Name
 		fields = append(fields, f)
 	}
-	note := reflect.StructField{Name: "Note", Type: reflect.TypeFor[string]()}
+	// The note's field maps to the note column, so the struct follows
+	// the row's note after an update.
+	note := reflect.StructField{Name: "Note", Type: reflect.TypeFor[string](), Tag: reflect.StructTag(`db:"` + m.ncol + `"`)}
 	ver := reflect.StructField{Name: "Ver", Type: vt, Tag: reflect.StructTag(`lock:` + strconv.Quote("version,column="+m.vcol))}
 	at := rapid.IntRange(0, len(fields)).Draw(rt, "versionAt")
 	fields = slices.Insert(fields, at, ver)
@@ -361,7 +363,7 @@ func (m *structModel) fresh(rt *rapid.T, p reflect.Value, r int) bool {
 
 func (m *structModel) update(rt *rapid.T, p reflect.Value, r int) {
 	note := rapid.SampledFrom(notes).Draw(rt, "note")
-	before := versionOf(rt, p)
+	before, beforeNote := versionOf(rt, p), p.Elem().FieldByName("Note").String()
 	ok := m.fresh(rt, p, r)
 	err := versioned.UpdateStruct(m.ctx, m.env.db, m.tbl, p.Interface(), versioned.Set(m.ncol, note))
 	if ok {
@@ -370,15 +372,20 @@ func (m *structModel) update(rt *rapid.T, p reflect.Value, r int) {
 		}
 		m.rows[r].version++
 		m.rows[r].note = note
-		p.Elem().FieldByName("Note").SetString(note)
 		if got := versionOf(rt, p); got != before+1 {
 			rt.Fatalf("struct version %d after update from %d", got, before)
+		}
+		if got := p.Elem().FieldByName("Note").String(); got != note {
+			rt.Fatalf("struct note %q after Set(%q, %q): the struct did not follow the row", got, m.ncol, note)
 		}
 		return
 	}
 	m.wantStale(rt, err, r, "update")
 	if got := versionOf(rt, p); got != before {
 		rt.Fatalf("stale UpdateStruct changed the struct's version %d → %d", before, got)
+	}
+	if got := p.Elem().FieldByName("Note").String(); got != beforeNote {
+		rt.Fatalf("stale UpdateStruct changed the struct's note %q → %q", beforeNote, got)
 	}
 }
 

@@ -14,8 +14,21 @@ import (
 // UpdateStruct is Update for a struct with a lock:"version" field: the key
 // comes from the struct's key fields (fields tagged lock:"key", or else the one field whose column is id), the expected
 // version from its version field, the assignments from set. On success the
-// new version is stored in the struct; on any error the struct is
-// unchanged. The Table's column names are the ones used in SQL.
+// struct follows the row: each assigned value is stored in the field of its
+// column, and the new version in the version field (Set("status", "paid")
+// leaves Status == "paid"); on any error the struct is unchanged. The
+// Table's column names are the ones used in SQL.
+//
+// Assignments are matched to fields by column name, as key fields are. A
+// Set on a column no field maps to, or a value its field cannot hold
+// exactly (an int64 of 300 for an int8, 1.5 for an int, a string for an
+// int), is refused with *[InputError] ([ErrInvalidArg]) before anything is
+// sent. A value converts when its type is assignable to the field's, when
+// the field is a pointer to such a type or a sql.Scanner (sql.NullString
+// from a string, nil), when it is a number the field holds without loss,
+// or the same kind under another name (a string for type Status string).
+// The field holds the value sent; what the column makes of it (a timestamp
+// rounded to microseconds, a trigger) is the database's.
 //
 // Key fields are matched to the Table's key columns by column name (a
 // field's lock column=, else its db tag, else its name in snake_case: UserID → user_id),
@@ -54,6 +67,10 @@ func UpdateStruct(ctx context.Context, db DB, t *Table, ptr any, set ...Pair) er
 	if err != nil {
 		return err
 	}
+	follow, err := assignments(m, t, set)
+	if err != nil {
+		return err
+	}
 	if m.Fence != nil {
 		if f.on {
 			return inputErr("update", "fence", m.Type.String()+` has a lock:"fence" field: its token comes from the context, not a Fence argument`, ErrInvalidArg)
@@ -71,7 +88,34 @@ func UpdateStruct(ctx context.Context, db DB, t *Table, ptr any, set ...Pair) er
 			return err
 		}
 	}
-	return m.Version.Set(rv, n)
+	if err := m.Version.Set(rv, n); err != nil {
+		return err
+	}
+	for _, a := range follow {
+		a.Store(rv)
+	}
+	return nil
+}
+
+// assignments converts set's values for the struct's fields, before
+// anything is sent. The version column and a fence column are left to
+// the write, which refuses them.
+func assignments(m *vmodel.Model, t *Table, set []Pair) ([]vmodel.Assignment, error) {
+	if len(set) == 0 {
+		return nil, nil
+	}
+	follow := make([]vmodel.Assignment, 0, len(set))
+	for _, p := range set {
+		if p.Column == t.cfg.version || m.Fence != nil && p.Column == m.Fence.Column {
+			continue
+		}
+		a, err := m.Assignment("update", p.Column, p.Value)
+		if err != nil {
+			return nil, err
+		}
+		follow = append(follow, a)
+	}
+	return follow, nil
 }
 
 // structFence returns the fence of a struct write: m's fence column and

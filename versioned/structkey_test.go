@@ -88,6 +88,7 @@ func TestSingleKeyStructMatchesTableKeyByName(t *testing.T) {
 	type tagged struct {
 		ID      int64
 		OrderID int64 `lock:"key"`
+		Note    string
 		Version int64 `lock:"version"`
 	}
 	g := tagged{ID: 1, OrderID: 2}

@@ -254,6 +254,15 @@ type Model struct {
 	// db:"id"), if there is one. Empty otherwise: KeyOf then fails with
 	// ErrNoKey, and ORMs use their own primary key.
 	Keys []*KeyField
+	// Columns are the struct's fields by column, for applying a write's
+	// assignments to the struct (see Assignment): every exported field
+	// reached without an embedded pointer, tagged or not, except db:"-"
+	// ones and the embedded structs walked into, named as key fields are
+	// (lock column=, else db:"…", else SnakeCase).
+	Columns []*KeyField
+	// depths[i] is how deeply Columns[i] is embedded: the shallowest field
+	// of a column wins, as Go's field promotion does.
+	depths []int
 }
 
 type modelEntry struct {
@@ -388,6 +397,14 @@ func parseModel(t reflect.Type) (*Model, error) {
 			sf := st.Field(i)
 			idx := append(index[:len(index):len(index)], i)
 			raw, tagged := sf.Tag.Lookup(TagName)
+			if sf.IsExported() && viaPtr == "" && !(sf.Anonymous && !tagged && isStruct(sf.Type)) && !dbIgnored(sf) {
+				col := ""
+				if tag, err := ParseTag(raw); tagged && err == nil {
+					col = tag.Column
+				}
+				m.Columns = append(m.Columns, keyField(sf, idx, col))
+				m.depths = append(m.depths, len(idx))
+			}
 			if tagged {
 				if err := m.addTagged(t, sf, idx, raw, viaPtr); err != nil {
 					return err
@@ -444,6 +461,15 @@ func parseModel(t reflect.Type) (*Model, error) {
 	return m, nil
 }
 
+// isStruct reports a struct or a pointer to one: an embedded field of that
+// type is walked into, not mapped to a column of its own.
+func isStruct(t reflect.Type) bool {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Struct
+}
+
 func containsType(ts []reflect.Type, t reflect.Type) bool {
 	for _, x := range ts {
 		if x == t {
@@ -498,6 +524,12 @@ func (m *Model) addTagged(t reflect.Type, sf reflect.StructField, idx []int, raw
 
 func keyField(sf reflect.StructField, idx []int, col string) *KeyField {
 	return &KeyField{Name: sf.Name, Index: idx, Type: sf.Type, Column: columnHint(sf, col)}
+}
+
+// dbIgnored reports db:"-": the field is no column.
+func dbIgnored(sf reflect.StructField) bool {
+	name, _, _ := strings.Cut(sf.Tag.Get("db"), ",")
+	return name == "-"
 }
 
 // dbTag returns the name part of a db:"name,…" tag ("" when absent or "-").
