@@ -1,7 +1,9 @@
 // Package lease provides TTL leases in a PostgreSQL table: a lock that
 // works through PgBouncer in transaction mode, that tells its holder when
 // it can no longer be trusted, and whose fencing token the database itself
-// checks.
+// checks. Before PgBouncer 1.21, put default_query_exec_mode=exec in the
+// DSN: in pgx's default mode the statements fail, with an error matching
+// [sqlock.ErrUnsupported] that names this cure.
 //
 // A [Manager] ([New], over a *sql.DB or a *pgxpool.Pool) takes leases by
 // name in one table (created by [Migrate], or by the statements of [DDL]
