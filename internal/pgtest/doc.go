@@ -29,7 +29,9 @@
 // free 127.0.0.1 port with auth_type=trust, and runs as the server's
 // unprivileged user when root (PgBouncer refuses root). Like a cluster, it is
 // owned by a watchdog shell that stops it and removes its directory when the
-// test binary goes away.
+// test binary goes away. StartPreparedTrap runs it with one server connection,
+// where pgx's default query exec mode fails for certain (42P05), and
+// CheckPreparedTrap checks the error every package gives for that.
 //
 // StartReplicaSet (NewReplicaSet in a test) starts a primary and a
 // streaming hot standby made from it with pg_basebackup and a replication
