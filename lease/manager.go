@@ -179,7 +179,12 @@ func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duratio
 // try is one attempt: the lease's token if it was granted (0 if not), and
 // the time the current holder has left in µs (-1: unknown).
 func (m *Manager) try(ctx context.Context, name, owner string, ttl time.Duration) (token, remaining int64, err error) {
-	err = m.b.queryRow(ctx, m.stmt.acquire, []any{name, owner, ttl.Microseconds()}, &token, &remaining)
+	for range vanishedRetries {
+		err = m.b.queryRow(ctx, m.stmt.acquire, []any{name, owner, ttl.Microseconds()}, &token, &remaining)
+		if !vanished(err) {
+			break
+		}
+	}
 	return token, remaining, err
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
 // tableName is a validated, possibly schema-qualified table name.
@@ -105,6 +106,23 @@ func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
 // is not the holder's (the number after it is the rows found, 0).
 const guardMarker = "sqlock lease lost: matching rows "
 
+// vanishedMarker is in the error the acquire statement raises when its
+// placeholder row was inserted: the row it saw was deleted before it could
+// take it over (the number after it is the placeholder).
+const vanishedMarker = "sqlock lease row vanished: placeholder token "
+
+// vanishedRetries bounds how often an attempt is sent again because the row
+// it saw was deleted under it: each time, a prune must delete a row that
+// was created after the previous attempt's snapshot.
+const vanishedRetries = 3
+
+// vanished reports whether the acquire statement was undone because the
+// row it saw was deleted before it could take it over (nothing changed; a
+// new snapshot will not see that row).
+func vanished(err error) bool {
+	return pgerr.Code(err) == pgerr.InvalidTextRepr && strings.Contains(err.Error(), vanishedMarker)
+}
+
 // statements are the four statements of a Manager, built once for its
 // table. Each is one statement and one round trip; every time in them is
 // the server's clock_timestamp(); every owner check is in the WHERE.
@@ -121,12 +139,21 @@ func buildStatements(t tableName) statements {
 		// with the time it has left as a hint for the waiter. Otherwise the
 		// INSERT … ON CONFLICT decides under the row lock: the token is drawn
 		// in SET, after the lock is held and the WHERE passed, so tokens
-		// follow the order in which holders got in.
+		// follow the order in which holders got in, and a loser draws none.
+		//
+		// One draw per grant: when cur saw a row, the proposed row does not
+		// draw (COALESCE evaluates nextval only when cur is empty) but
+		// carries the old token negated, a placeholder that only a conflict
+		// replaces. If the row vanished meanwhile (a prune), the placeholder
+		// would be inserted: the final SELECT then fails with
+		// vanishedMarker, which undoes the whole statement, and the
+		// Manager sends it again (see Manager.try).
 		acquire: fmt.Sprintf(`WITH cur AS (
-  SELECT expires_at - clock_timestamp() AS remaining FROM %[1]s WHERE name = $1
+  SELECT token, expires_at - clock_timestamp() AS remaining FROM %[1]s WHERE name = $1
 ), won AS (
   INSERT INTO %[1]s AS l (name, owner, token, acquired_at, expires_at)
-  SELECT $1, $2::uuid, nextval(%[2]s), clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond'
+  SELECT $1, $2::uuid, coalesce(-(SELECT token FROM cur), nextval(%[2]s)),
+         clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond'
   WHERE NOT EXISTS (SELECT 1 FROM cur WHERE remaining > interval '0')
   ON CONFLICT (name) DO UPDATE
     SET owner = excluded.owner, token = nextval(%[2]s), acquired_at = clock_timestamp(),
@@ -134,8 +161,8 @@ func buildStatements(t tableName) statements {
     WHERE l.expires_at <= clock_timestamp()
   RETURNING l.token
 )
-SELECT coalesce((SELECT token FROM won), 0),
-       coalesce((SELECT (extract(epoch FROM remaining) * 1000000)::bigint FROM cur), -1)`, tb, lit(seq)),
+SELECT coalesce((SELECT CASE WHEN token > 0 THEN token ELSE (%[3]s || token)::bigint END FROM won), 0),
+       coalesce((SELECT (extract(epoch FROM remaining) * 1000000)::bigint FROM cur), -1)`, tb, lit(seq), lit(vanishedMarker)),
 		renew: fmt.Sprintf(`UPDATE %s SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE name = $1 AND owner = $2::uuid AND expires_at > clock_timestamp() RETURNING token`, tb),
 		// The release ends the lease now (keeping the row, and so the
