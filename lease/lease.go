@@ -32,14 +32,17 @@ type Lease struct {
 	h     hold.Hold // the local deadline, the renewals, the loss
 }
 
-func (m *Manager) newLease(name, owner string, token int64, ttl time.Duration, sent time.Time) *Lease {
+// newLease reports and arms a lease granted by a request sent at sent, in
+// an acquisition that began at began (should the observer panic on it, the
+// lease is released first).
+func (m *Manager) newLease(ctx context.Context, name, owner string, token int64, ttl time.Duration, began, sent time.Time) *Lease {
 	l := &Lease{m: m, name: name, owner: owner, token: token}
-	l.h.Start((*backendOf)(l), hold.Spec{
+	l.h.Start(ctx, (*backendOf)(l), hold.Spec{
 		TTL: ttl, Margin: ttl / marginDivisor, MarginName: "safety margin", MaxHold: m.cfg.maxHold,
 		RetryMin: retryMin, RetryMax: retryMax,
 		Observer: m.cfg.obs, Event: observe.Event{Source: "lease", Name: name},
 		Timers: &m.timers,
-	}, sent)
+	}, began, sent)
 	return l
 }
 

@@ -102,15 +102,17 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, ttl time.Duration
 // observed is acquire reported to the Manager's observer.
 func (m *Manager) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {
 	if m == nil || m.cfg.obs == nil {
-		return m.acquire(ctx, op, name, ttl, wait)
+		return m.acquire(ctx, op, name, ttl, wait, time.Time{})
 	}
 	start := time.Now()
-	l, err := m.acquire(ctx, op, name, ttl, wait)
-	hold.ObserveAcquire(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
+	l, err := m.acquire(ctx, op, name, ttl, wait, start)
+	hold.ObserveFailure(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
 	return l, err
 }
 
-func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {
+// acquire takes the lease; began is when the acquisition began (its
+// observed wait).
+func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool, began time.Time) (*Lease, error) {
 	if m == nil {
 		return nil, &Error{Op: op, Name: name, Cause: errs.New(sqlock.ErrNilHandle, "lease: nil Manager")}
 	}
@@ -147,7 +149,7 @@ func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duratio
 		}
 		m.observeRTT(time.Since(sent))
 		if token > 0 {
-			return m.newLease(name, owner, token, ttl, sent), nil
+			return m.newLease(ctx, name, owner, token, ttl, began, sent), nil
 		}
 		if !wait {
 			return nil, &Error{Op: op, Name: name, Err: ErrNotAcquired}

@@ -42,16 +42,18 @@ type hold struct {
 	h   ihold.Hold
 }
 
-// start arms a hold acquired by a command sent at sent; obs (nil: none)
-// receives its events; its timers join timers.
-func (h *hold) start(srv servers, key string, ttl time.Duration, sent time.Time, obs observe.Observer, timers *lazytimer.Queue) {
+// start reports and arms a hold acquired by a command sent at sent, in an
+// acquisition that began at began; obs (nil: none) receives its events
+// (should it panic on the acquisition, the lock is released first); its
+// timers join timers.
+func (h *hold) start(ctx context.Context, srv servers, key string, ttl time.Duration, began, sent time.Time, obs observe.Observer, timers *lazytimer.Queue) {
 	h.srv, h.key = srv, key
-	h.h.Start((*holdBackend)(h), ihold.Spec{
+	h.h.Start(ctx, (*holdBackend)(h), ihold.Spec{
 		TTL: ttl, Margin: drift(ttl), MarginName: "drift allowance",
 		RetryMin: retryMin, RetryMax: retryMax,
 		Observer: obs, Event: observe.Event{Source: "redislock", Name: key},
 		Timers: timers,
-	}, sent)
+	}, began, sent)
 }
 
 // holdBackend is a hold seen by package internal/hold.

@@ -101,15 +101,17 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 // observed is acquire reported to the Locker's observer.
 func (lk *Locker) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*Lock, error) {
 	if lk == nil || lk.cfg.obs == nil {
-		return lk.acquire(ctx, op, key, ttl, wait)
+		return lk.acquire(ctx, op, key, ttl, wait, time.Time{})
 	}
 	start := time.Now()
-	l, err := lk.acquire(ctx, op, key, ttl, wait)
-	lk.cfg.observed(ctx, key, start, err)
+	l, err := lk.acquire(ctx, op, key, ttl, wait, start)
+	lk.cfg.observeFailure(ctx, key, start, err)
 	return l, err
 }
 
-func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*Lock, error) {
+// acquire takes the lock; began is when the acquisition began (its
+// observed wait).
+func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool, began time.Time) (*Lock, error) {
 	if lk == nil {
 		return nil, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil Locker")}
 	}
@@ -145,7 +147,7 @@ func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration
 		}
 		if res[0] > 0 {
 			l := &Lock{token: res[0]}
-			l.start(srv, key, ttl, sent, lk.cfg.obs, &lk.timers)
+			l.start(ctx, srv, key, ttl, began, sent, lk.cfg.obs, &lk.timers)
 			return l, nil
 		}
 		if !wait {

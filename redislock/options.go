@@ -48,9 +48,10 @@ func WithObserver(o observe.Observer) Option {
 	}
 }
 
-// observed reports an acquisition that began at start.
-func (c *config) observed(ctx context.Context, key string, start time.Time, err error) {
-	ihold.ObserveAcquire(ctx, c.obs, observe.Event{Source: "redislock", Name: key}, start, err, ErrInvalid)
+// observeFailure reports an acquisition that began at start and failed
+// (a granted one is reported as it is armed).
+func (c *config) observeFailure(ctx context.Context, key string, start time.Time, err error) {
+	ihold.ObserveFailure(ctx, c.obs, observe.Event{Source: "redislock", Name: key}, start, err, ErrInvalid)
 }
 
 func buildConfig(opts []Option) (config, error) {

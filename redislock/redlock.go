@@ -81,15 +81,17 @@ func (r *Redlock) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 // observed is acquire reported to the Redlock's observer.
 func (r *Redlock) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*RedlockLock, error) {
 	if r == nil || r.cfg.obs == nil {
-		return r.acquire(ctx, op, key, ttl, wait)
+		return r.acquire(ctx, op, key, ttl, wait, time.Time{})
 	}
 	start := time.Now()
-	l, err := r.acquire(ctx, op, key, ttl, wait)
-	r.cfg.observed(ctx, key, start, err)
+	l, err := r.acquire(ctx, op, key, ttl, wait, start)
+	r.cfg.observeFailure(ctx, key, start, err)
 	return l, err
 }
 
-func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*RedlockLock, error) {
+// acquire takes the lock; began is when the acquisition began (its
+// observed wait).
+func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool, began time.Time) (*RedlockLock, error) {
 	if r == nil {
 		return nil, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil Redlock")}
 	}
@@ -115,7 +117,7 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 		granted, answered, err := srv.try(ctx)
 		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
 			l := &RedlockLock{}
-			l.start(srv, key, ttl, sent, r.cfg.obs, &r.timers)
+			l.start(ctx, srv, key, ttl, began, sent, r.cfg.obs, &r.timers)
 			return l, nil
 		}
 		if granted > 0 || err != nil {

@@ -94,11 +94,19 @@ type Hold struct {
 	relMu sync.Mutex // serialises Release
 }
 
-// Start arms h for a lock granted by a request sent at sent.
-func (h *Hold) Start(b Backend, spec Spec, sent time.Time) {
+// Start arms h for a lock granted by a request sent at sent, after
+// reporting the acquisition (begun at began) to spec.Observer. The report
+// comes first, as the lock is not yet anyone's: should the observer panic
+// (or call runtime.Goexit), the lock is released on the server, with no
+// timer armed and so no renewal to follow, before the panic goes on —
+// otherwise nobody could release it, and it would be renewed for ever.
+func (h *Hold) Start(ctx context.Context, b Backend, spec Spec, began, sent time.Time) {
 	h.b, h.spec, h.started = b, spec, sent
 	if spec.MaxHold > 0 {
 		h.capEnd = sent.Add(spec.MaxHold)
+	}
+	if spec.Observer != nil {
+		h.reportAcquired(ctx, began)
 	}
 	h.lostCtx, h.lose = context.WithCancelCause(context.Background())
 	h.beatCtx, h.stopBeat = context.WithCancel(context.Background())
@@ -381,15 +389,33 @@ func (h *Hold) emitEnd(ctx context.Context, outcome observe.Outcome, err error) 
 	h.spec.Observer.Observe(ctx, e)
 }
 
-// ObserveAcquire reports the end of an acquisition that began at start to
-// o, if not nil: e gives the Source, Key and Name; the outcome is
-// Acquired, or err's ([Outcome]). An acquisition that refused its input
-// before anything was sent (err matches invalid, the package's sentinel
-// for bad input, or sqlock's ErrNilHandle or ErrInvalidOption) is not
-// reported.
-func ObserveAcquire(ctx context.Context, o observe.Observer, e observe.Event, start time.Time, err, invalid error) {
-	if o == nil || err != nil && (errors.Is(err, invalid) || errors.Is(err, sqlock.ErrNilHandle) ||
-		errors.Is(err, sqlock.ErrInvalidOption)) {
+// reportAcquired reports the acquisition to the observer, and releases the
+// lock on the server if the observer does not return.
+func (h *Hold) reportAcquired(ctx context.Context, began time.Time) {
+	returned := false
+	defer func() {
+		if !returned {
+			h.released = true
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+			defer cancel()
+			h.b.Release(rctx)
+		}
+	}()
+	e := h.spec.Event
+	e.Kind, e.Outcome, e.Wait = observe.LockAcquire, observe.Acquired, time.Since(began)
+	h.spec.Observer.Observe(ctx, e)
+	returned = true
+}
+
+// ObserveFailure reports an acquisition that began at start and failed
+// with err to o, if neither is nil (a granted one is reported by
+// [Hold.Start]): e gives the Source, Key and Name; the outcome is err's
+// ([Outcome]). An acquisition that refused its input before anything was
+// sent (err matches invalid, the package's sentinel for bad input, or
+// sqlock's ErrNilHandle or ErrInvalidOption) is not reported.
+func ObserveFailure(ctx context.Context, o observe.Observer, e observe.Event, start time.Time, err, invalid error) {
+	if o == nil || err == nil || errors.Is(err, invalid) || errors.Is(err, sqlock.ErrNilHandle) ||
+		errors.Is(err, sqlock.ErrInvalidOption) {
 		return
 	}
 	e.Kind, e.Outcome, e.Wait, e.Err = observe.LockAcquire, Outcome(err), time.Since(start), err

@@ -55,8 +55,8 @@ func TestTransientRenewalFailureIsRetriedAndReported(t *testing.T) {
 	var h Hold
 	sent := time.Now()
 	ttl := time.Minute
-	h.Start(f, Spec{TTL: ttl, Margin: ttl / 10, MarginName: "safety margin", RetryMin: time.Millisecond,
-		RetryMax: time.Millisecond, Observer: &evs, Event: observe.Event{Source: "test", Name: "n"}}, sent)
+	h.Start(context.Background(), f, Spec{TTL: ttl, Margin: ttl / 10, MarginName: "safety margin", RetryMin: time.Millisecond,
+		RetryMax: time.Millisecond, Observer: &evs, Event: observe.Event{Source: "test", Name: "n"}}, sent, sent)
 	first := h.Deadline()
 	h.mu.Lock()
 	h.beat.Reset(0) // renew now rather than in TTL/3
@@ -72,9 +72,10 @@ func TestTransientRenewalFailureIsRetriedAndReported(t *testing.T) {
 		t.Fatalf("second Release: %v, %d sent", err, f.released)
 	}
 	got := evs.Events()
-	if len(got) != 2 || got[0].Kind != observe.Retry || got[0].Cause != "renew" || got[0].Attempt != 1 ||
-		got[0].Err == nil || got[0].Name != "n" ||
-		got[1].Kind != observe.LockRelease || got[1].Outcome != observe.Released || got[1].Source != "test" {
+	if len(got) != 3 || got[0].Kind != observe.LockAcquire || got[0].Outcome != observe.Acquired ||
+		got[1].Kind != observe.Retry || got[1].Cause != "renew" || got[1].Attempt != 1 ||
+		got[1].Err == nil || got[1].Name != "n" ||
+		got[2].Kind != observe.LockRelease || got[2].Outcome != observe.Released || got[2].Source != "test" {
 		t.Fatalf("events: %+v", got)
 	}
 }
