@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlock/sqlock/advisory"
+	"github.com/sqlock/sqlock/internal/pgerr"
 	"github.com/sqlock/sqlock/internal/pgtest"
 )
 
@@ -228,4 +229,79 @@ func BenchmarkMultiplexRatio(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkDeadlineWaitOverASlowNetwork is the speed side of
+// TestFirstDeadlineWaitOverASlowNetworkAnswersInTime: 100 ms from the
+// server each way, a held key, and a Lock under a 1 s deadline per
+// iteration. It reports how late the answer came after the deadline at
+// worst (negative: before it) and the share of waits the server's
+// lock_timeout ended (55P03, the connection kept), which a busy machine
+// lowers; tests assert neither.
+func BenchmarkDeadlineWaitOverASlowNetwork(b *testing.B) {
+	db := pgtest.New(b)
+	p := pgtest.StartSlowProxy(b, db.DSN, 100*time.Millisecond)
+	pool, err := pgxpool.New(context.Background(), p.DSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	l := advisory.NewPool(pool)
+	if err := l.Verify(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	conn := admin(b, db)
+	key := advisory.KeyOf("bench:deadline")
+	k, _ := key.Int64()
+	if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", k); err != nil {
+		b.Fatal(err)
+	}
+	const deadline = time.Second
+	worst := -deadline
+	byServer := 0
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		d, _ := ctx.Deadline()
+		_, err := l.Lock(ctx, key)
+		worst = max(worst, time.Since(d))
+		cancel()
+		if pgerr.Code(err) == pgerr.LockNotAvailable {
+			byServer++
+		}
+	}
+	b.ReportMetric(float64(worst)/float64(time.Millisecond), "worst-ms-late")
+	b.ReportMetric(float64(byServer)/float64(b.N), "ended-by-server")
+}
+
+// BenchmarkLossReport is the speed side of the loss tests: a held lock's
+// backend is terminated, and the time until Lost closes is reported in
+// keepalive intervals (the promise, exact under synctest, is at most 1¼
+// from the session's end; a busy machine's late timers add to it here).
+func BenchmarkLossReport(b *testing.B) {
+	db := pgtest.New(b)
+	const keepalive = 100 * time.Millisecond
+	l := advisory.NewPool(pgxPoolWith(b, db, 4), advisory.WithKeepalive(keepalive))
+	conn := admin(b, db)
+	ctx := context.Background()
+	var worst time.Duration
+	for b.Loop() {
+		key := advisory.KeyOf("bench:loss")
+		lk, err := l.Lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pids := holderPIDs(b, conn, key)
+		if len(pids) != 1 {
+			b.Fatalf("%d holders", len(pids))
+		}
+		killed := time.Now()
+		if err := db.Cluster.TerminateBackend(ctx, pids[0]); err != nil {
+			b.Fatal(err)
+		}
+		<-lk.Lost()
+		worst = max(worst, time.Since(killed))
+		lk.Release(ctx)
+		waitNoLocks(b, conn)
+	}
+	b.ReportMetric(float64(worst)/float64(keepalive), "worst-intervals")
 }

@@ -85,6 +85,7 @@ type tb interface {
 	Helper()
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
 }
 
 // admin is a plain connection for inspecting the server, closed at cleanup.
@@ -114,16 +115,13 @@ func advisoryLocks(t tb, conn *pgx.Conn) int {
 
 // waitNoLocks waits until db's database holds no advisory lock. Sessions of
 // destroyed connections end asynchronously on the server, so this polls,
-// with a generous bound.
+// for as long as it takes: a lock that never goes is a hang, which go
+// test's -timeout ends with every goroutine's stack. Every 30 s it logs
+// what is still held.
 func waitNoLocks(t testing.TB, conn *pgx.Conn) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n := advisoryLocks(t, conn)
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
+	waitUntil(t, "no advisory lock is left", func() bool { return advisoryLocks(t, conn) == 0 },
+		func() string {
 			rows, _ := conn.Query(context.Background(), `SELECT pid, mode, granted, classid, objid, objsubid
 				FROM pg_locks WHERE locktype = 'advisory'
 				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
@@ -133,10 +131,8 @@ func waitNoLocks(t testing.TB, conn *pgx.Conn) {
 				desc += fmt.Sprint(v) + "\n"
 			}
 			rows.Close()
-			t.Fatalf("%d advisory locks still held 30 s later:\n%s", n, desc)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+			return desc
+		})
 }
 
 // holderPIDs returns the backends holding (granted) key.
@@ -171,12 +167,23 @@ func waiting(t testing.TB, conn *pgx.Conn, key advisory.Key) int {
 	return n
 }
 
-func waitUntil(t tb, what string, cond func() bool) {
+// waitUntil polls cond until it holds, for as long as it takes — the
+// conditions awaited are what a server or a goroutine does next, which a
+// busy machine delays but does not prevent, so a bound here would be a
+// timing window; a condition that never comes is a hang, which go test's
+// -timeout ends with every goroutine's stack. Every 30 s it logs what it
+// waits for, and what describe says, if given.
+func waitUntil(t tb, what string, cond func() bool, describe ...func() string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	next := time.Now().Add(30 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 30 s waiting until %s", what)
+		if time.Now().After(next) {
+			next = time.Now().Add(30 * time.Second)
+			var desc string
+			for _, d := range describe {
+				desc += d()
+			}
+			t.Logf("still waiting until %s\n%s", what, desc)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

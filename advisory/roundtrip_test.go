@@ -78,6 +78,16 @@ func (tc *turnCounter) dial(ctx context.Context, network, addr string) (net.Conn
 // policy, not this package's, and it is off here so that what a test sees
 // on the wire cannot depend on scheduling.
 func dialedLockers(t *testing.T, db *pgtest.DB, dial func(context.Context, string, string) (net.Conn, error), opts ...advisory.Option) map[string]*advisory.Locker {
+	lockers := map[string]*advisory.Locker{}
+	for name, open := range dialedPools(t, db, dial) {
+		lockers[name] = open(opts...)
+	}
+	return lockers
+}
+
+// dialedPools is dialedLockers' pools: for each pgx backend, a function
+// that opens a Locker on its one-connection pool.
+func dialedPools(t *testing.T, db *pgtest.DB, dial func(context.Context, string, string) (net.Conn, error)) map[string]func(...advisory.Option) *advisory.Locker {
 	pcfg, err := pgxpool.ParseConfig(db.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -99,9 +109,9 @@ func dialedLockers(t *testing.T, db *pgtest.DB, dial func(context.Context, strin
 		stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
 	sdb.SetMaxOpenConns(1)
 	t.Cleanup(func() { sdb.Close() })
-	return map[string]*advisory.Locker{
-		"pgxpool": advisory.NewPool(pool, opts...),
-		"sql-pgx": advisory.New(sdb, opts...),
+	return map[string]func(...advisory.Option) *advisory.Locker{
+		"pgxpool": func(opts ...advisory.Option) *advisory.Locker { return advisory.NewPool(pool, opts...) },
+		"sql-pgx": func(opts ...advisory.Option) *advisory.Locker { return advisory.New(sdb, opts...) },
 	}
 }
 
