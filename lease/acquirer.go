@@ -14,7 +14,8 @@ var _ sqlock.Fenced = (*Lease)(nil)
 // as every lease is), for code that should not care which backend holds
 // its locks: Acquire is [Manager.Acquire] and TryAcquire is
 // [Manager.TryAcquire], each returning a *[Lease] (a [sqlock.Fenced]). An
-// invalid ttl is reported by every acquisition, as [ErrInvalid].
+// invalid ttl is reported by every acquisition, as [ErrInvalid]; one too
+// short for the network's round trips as [ErrTTLTooShort].
 func (m *Manager) Acquirer(ttl time.Duration) sqlock.Acquirer {
 	return withTTL{m, ttl}
 }

@@ -35,7 +35,7 @@ func TestTTLShorterThanEightMeasuredRoundTripsIsRefused(t *testing.T) {
 // came in a load spike (four of 200 ms) measures once more before refusing
 // a TTL by them, so a 1 s lease is granted once the machine is fast again;
 // through a network whose round trip is at least 20 ms, a 100 ms TTL is
-// still refused (ErrInvalid), after that one measurement, and nothing is
+// still refused (ErrTTLTooShort), after that one measurement, and nothing is
 // written.
 func TestTTLRefusalIsMeasuredAgain(t *testing.T) {
 	db := pgtest.New(t)
@@ -68,8 +68,8 @@ func TestTTLRefusalIsMeasuredAgain(t *testing.T) {
 	for range rttSamples {
 		slow.observeRTT(time.Hour) // only the measurement decides
 	}
-	if _, err := slow.acquire(ctx, "acquire", "far", 100*time.Millisecond, false, time.Time{}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("a 100 ms TTL over a ≥ 20 ms round trip: %v, want ErrInvalid", err)
+	if _, err := slow.acquire(ctx, "acquire", "far", 100*time.Millisecond, false, time.Time{}); !errors.Is(err, ErrTTLTooShort) {
+		t.Fatalf("a 100 ms TTL over a ≥ 20 ms round trip: %v, want ErrTTLTooShort", err)
 	}
 	var n int
 	if err := db.SQL().QueryRow(`SELECT count(*) FROM sqlock_leases WHERE name = 'far'`).Scan(&n); err != nil || n != 0 {

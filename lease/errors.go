@@ -32,8 +32,17 @@ var (
 	// been taken over (then nothing changed).
 	ErrNotHeld = errors.New("lease: not held")
 	// ErrInvalid: an empty, over-long or non-UTF-8 lease name, or a TTL
-	// that is not positive or too short to renew. Nothing was sent.
+	// under MinTTL. Nothing was sent.
 	ErrInvalid = errors.New("lease: invalid name or TTL")
+	// ErrTTLTooShort: a TTL that is valid input but shorter than 8 of the
+	// fastest round trips the Manager measured (after measuring once more):
+	// over this network a renewal every TTL/3 would have no room to be
+	// retried. Round trips were sent, nothing was written. It depends on
+	// the network, not on the call, so it matches no sentinel of package
+	// sqlock: not ErrInvalidOption (the input is valid), not ErrNotAcquired
+	// (nobody holds the lease), not ErrUnsupported (a faster round trip
+	// measured later lets the same TTL through). A longer TTL cures it.
+	ErrTTLTooShort = errors.New("lease: TTL too short for the measured round trips")
 )
 
 // Error is the error type of this package.

@@ -18,9 +18,9 @@ import (
 	"github.com/sqlock/sqlock/observe"
 )
 
-// MinTTL is the shortest TTL a lease may have. A TTL must also span at
-// least 8 of the fastest round trips this Manager has measured, once it
-// has measured a few.
+// MinTTL is the shortest TTL a lease may have (shorter: [ErrInvalid]). A
+// TTL must also span at least 8 of the fastest round trips this Manager has
+// measured, once it has measured a few (shorter: [ErrTTLTooShort]).
 const MinTTL = 10 * time.Millisecond
 
 // ttlRoundTrips is how many of the Manager's measured round trips a TTL
@@ -130,7 +130,7 @@ func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duratio
 	if m.ttlTooShort(ttl) != nil {
 		m.remeasure(ctx)
 		if err := m.ttlTooShort(ttl); err != nil {
-			return nil, &Error{Op: op, Name: name, Err: ErrInvalid, Cause: err}
+			return nil, &Error{Op: op, Name: name, Err: ErrTTLTooShort, Cause: err}
 		}
 	}
 	owner := newOwner()
