@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/hold"
 	"github.com/sqlock/sqlock/internal/pgerr"
 )
 
@@ -20,7 +21,7 @@ var (
 	// ErrNotAcquired: TryAcquire found the lease held by someone else.
 	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "lease: held by someone else")
 	// ErrTimeout: Acquire waited for its whole bound (WithTimeout, or the
-	// context's deadline, which then also matches
+	// context's deadline, which then — and only then — also matches
 	// context.DeadlineExceeded) and the lease stayed held.
 	ErrTimeout = errs.New(sqlock.ErrTimeout, "lease: timed out waiting for the lease")
 	// ErrLost: the lease can no longer be trusted — it was not renewed in
@@ -111,12 +112,12 @@ func permanent(err error) bool {
 }
 
 // ctxError turns the end of an acquisition's context into an error: a
-// deadline is ErrTimeout (and context.DeadlineExceeded), a cancellation is
-// the context's cause.
+// wait that ran out is ErrTimeout — matching context.DeadlineExceeded only
+// when the caller's deadline, not WithTimeout, ended it — and a
+// cancellation is the context's cause.
 func ctxError(op, name string, ctx context.Context) error {
-	cause := context.Cause(ctx)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if timedOut, cause := hold.WaitEnd(ctx); timedOut {
 		return &Error{Op: op, Name: name, Err: ErrTimeout, Cause: cause}
 	}
-	return &Error{Op: op, Name: name, Cause: cause}
+	return &Error{Op: op, Name: name, Cause: context.Cause(ctx)}
 }

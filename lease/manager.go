@@ -125,7 +125,7 @@ func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duratio
 	if ctx == nil {
 		return nil, &Error{Op: op, Name: name, Cause: errs.New(sqlock.ErrNilHandle, "lease: nil context")}
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.timeout)
+	ctx, cancel := hold.BoundWait(ctx, m.cfg.timeout)
 	defer cancel()
 	if m.ttlTooShort(ttl) != nil {
 		m.remeasure(ctx)

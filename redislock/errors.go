@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	ihold "github.com/sqlock/sqlock/internal/hold"
 )
 
 // Errors. Every error this package returns is an *Error matching one of
@@ -18,7 +19,7 @@ var (
 	// ErrNotAcquired: TryAcquire found the lock held by someone else.
 	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "redislock: held by someone else")
 	// ErrTimeout: Acquire waited for its whole bound (WithTimeout, or the
-	// context's deadline, which then also matches
+	// context's deadline, which then — and only then — also matches
 	// context.DeadlineExceeded) without getting the lock.
 	ErrTimeout = errs.New(sqlock.ErrTimeout, "redislock: timed out waiting for the lock")
 	// ErrLost: the lock can no longer be trusted — no renewal was
@@ -86,14 +87,16 @@ func quoteKey(s string) string {
 }
 
 // ctxError turns the end of an acquisition's context into an error: a
-// deadline is ErrTimeout (and context.DeadlineExceeded), a cancellation is
-// the context's cause. last, when not nil, is the last attempt's failure.
+// wait that ran out is ErrTimeout — matching context.DeadlineExceeded only
+// when the caller's deadline, not WithTimeout, ended it — and a
+// cancellation is the context's cause. last, when not nil, is the last
+// attempt's failure.
 func ctxError(op, key string, ctx context.Context, last error) error {
-	cause := context.Cause(ctx)
+	timedOut, cause := ihold.WaitEnd(ctx)
 	if last != nil {
 		cause = errors.Join(cause, last)
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if timedOut {
 		return &Error{Op: op, Key: key, Err: ErrTimeout, Cause: cause}
 	}
 	return &Error{Op: op, Key: key, Cause: cause}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	ihold "github.com/sqlock/sqlock/internal/hold"
 	"github.com/sqlock/sqlock/internal/lazytimer"
 )
 
@@ -124,7 +125,7 @@ func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration
 	}
 	if wait { // a single attempt needs no timer of its own
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lk.cfg.timeout)
+		ctx, cancel = ihold.BoundWait(ctx, lk.cfg.timeout)
 		defer cancel()
 	}
 	keys := []string{key, key + FenceSuffix}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	ihold "github.com/sqlock/sqlock/internal/hold"
 	"github.com/sqlock/sqlock/internal/lazytimer"
 )
 
@@ -104,7 +105,7 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 	}
 	if wait { // a single attempt is bounded by the lock's validity
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.cfg.timeout)
+		ctx, cancel = ihold.BoundWait(ctx, r.cfg.timeout)
 		defer cancel()
 	}
 	var w waiter
@@ -227,10 +228,15 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 				break
 			}
 			// The bound, even if a client ignores its context.
-			errList = append(errList, fmt.Errorf("%d of %d servers did not answer within %v: %w", n-yes-no-len(errList), n, bound, ctx.Err()))
+			errList = append(errList, fmt.Errorf("%d of %d servers did not answer within %v", n-yes-no-len(errList), n, bound))
 			return yes, no, errors.Join(errList...)
 		}
 		switch {
+		case r.err != nil && errors.Is(r.err, context.DeadlineExceeded):
+			// The command's own bound, not a deadline of the caller's
+			// (that one is reported as the caller's): it must not match
+			// context.DeadlineExceeded.
+			errList = append(errList, fmt.Errorf("server %d: no answer within %v", r.server, bound))
 		case r.err != nil:
 			errList = append(errList, fmt.Errorf("server %d: %w", r.server, r.err))
 		case r.ok:

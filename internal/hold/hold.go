@@ -437,3 +437,39 @@ func Outcome(err error) observe.Outcome {
 	}
 	return observe.Failed
 }
+
+// BoundWait bounds an acquisition's wait by d, the package's own wait
+// timeout (WithTimeout); a deadline of ctx that comes first still wins.
+// [WaitEnd] tells the two apart once the context has ended.
+func BoundWait(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, boundError{d})
+}
+
+// boundError is the cause of a wait ended by its package's own bound. It
+// matches no context error: the caller's deadline did not pass.
+type boundError struct{ d time.Duration }
+
+func (e boundError) Error() string {
+	return fmt.Sprintf("waited for the whole wait timeout (%v, WithTimeout)", e.d)
+}
+
+// WaitEnd says how ctx, a wait's context (bounded by [BoundWait] or not),
+// ended. timedOut: the wait ran out — at the package's own bound (cause
+// then says so and matches no context error, whatever the caller's
+// context) or at the caller's deadline (cause then matches
+// context.DeadlineExceeded). Otherwise the caller cancelled, and cause is
+// its cause. So behind sqlock.Acquirer "did my deadline pass?" has the
+// same answer on every backend.
+func WaitEnd(ctx context.Context) (timedOut bool, cause error) {
+	cause = context.Cause(ctx)
+	if _, own := cause.(boundError); own {
+		return true, cause
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return false, cause
+	}
+	if !errors.Is(cause, context.DeadlineExceeded) { // a deadline with a cause of the caller's
+		cause = fmt.Errorf("%w: %w", context.DeadlineExceeded, cause)
+	}
+	return true, cause
+}
