@@ -37,11 +37,15 @@ type backend interface {
 	// the simple protocol (so it may hold several statements, run as one
 	// implicit transaction).
 	exec(ctx context.Context, query string) error
-	// listen takes a connection of its own, LISTENs on channel, calls ready
-	// once the LISTEN is in force, then notify for every notification, until
-	// ctx ends or the connection fails. It returns errNoListen, before
-	// ready, if the driver cannot.
-	listen(ctx context.Context, channel string, ready func(), notify func(payload string)) error
+	// listen takes a connection of its own, calls check with it (an error
+	// ends the listener), LISTENs on channel, calls ready once the LISTEN is
+	// in force, then notify for every notification, until ctx ends or the
+	// connection fails. It returns errNoListen, before check, if the driver
+	// cannot.
+	listen(ctx context.Context, channel string, check func(querier) error, ready func(), notify func(payload string)) error
+	// inTx runs fn in a transaction on a pooled connection (not one the
+	// caller holds), and rolls it back.
+	inTx(ctx context.Context, fn func(querier) error) error
 }
 
 func newBackend[DB Handle](db DB) backend {
@@ -77,7 +81,7 @@ func (b sqlBackend) exec(ctx context.Context, query string) error {
 // stdlib driver, and wrappers of it).
 type pgxConner interface{ Conn() *pgx.Conn }
 
-func (b sqlBackend) listen(ctx context.Context, channel string, ready func(), notify func(string)) error {
+func (b sqlBackend) listen(ctx context.Context, channel string, check func(querier) error, ready func(), notify func(string)) error {
 	c, err := b.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -90,7 +94,7 @@ func (b sqlBackend) listen(ctx context.Context, channel string, ready func(), no
 			lerr = errNoListen
 			return nil
 		}
-		if lerr = listenOn(ctx, pcr.Conn(), channel, ready, notify); lerr != nil && !errors.Is(lerr, errListenDone) {
+		if lerr = listenOn(ctx, pcr.Conn(), channel, check, ready, notify); lerr != nil && !errors.Is(lerr, errListenDone) {
 			return driver.ErrBadConn // discard a connection whose state is in doubt
 		}
 		return nil
@@ -134,12 +138,12 @@ func neverSent(ctx context.Context, err error) bool {
 	return err != nil && ctx.Err() == nil && pgconn.SafeToRetry(err)
 }
 
-func (b pgxBackend) listen(ctx context.Context, channel string, ready func(), notify func(string)) error {
+func (b pgxBackend) listen(ctx context.Context, channel string, check func(querier) error, ready func(), notify func(string)) error {
 	c, err := b.p.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	err = listenOn(ctx, c.Conn(), channel, ready, notify)
+	err = listenOn(ctx, c.Conn(), channel, check, ready, notify)
 	if err != nil && !errors.Is(err, errListenDone) {
 		c.Conn().Close(context.Background()) // the pool then destroys it
 	}
@@ -155,7 +159,10 @@ var errListenDone = errors.New("lease: listener stopped")
 // before it goes back to the pool.
 const unlistenTimeout = time.Second
 
-func listenOn(ctx context.Context, c *pgx.Conn, channel string, ready func(), notify func(string)) error {
+func listenOn(ctx context.Context, c *pgx.Conn, channel string, check func(querier) error, ready func(), notify func(string)) error {
+	if err := check(pgxQuerier(c)); err != nil {
+		return err
+	}
 	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}

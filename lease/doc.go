@@ -33,8 +33,12 @@
 // A Lease is a [sqlock.Fenced] lock; [Manager.Acquirer] takes leases of one
 // TTL through [sqlock.Acquirer], for code that also runs on advisory locks.
 //
-// Waiters learn of a release through LISTEN/NOTIFY; behind PgBouncer in
-// transaction mode use [WithPolling]. [WithObserver] reports waits, holds,
+// Waiters learn of a release through LISTEN/NOTIFY. Before its first
+// LISTEN a Manager checks that the connection keeps its server session;
+// behind PgBouncer in transaction mode it does not (a LISTEN would land on
+// a pooled server connection and never be heard), and the Manager's
+// waiters poll instead, every 50 ms unless [WithPolling] says otherwise.
+// [WithObserver] reports waits, holds,
 // retried renewals and losses as advisory's does (with
 // observe/otelobserve: wait and hold spans). docs/lease.md has the
 // statements and the reasoning behind them.

@@ -3,7 +3,17 @@ package lease
 // OnPause makes m call f whenever a waiter begins a pause between tries
 // (after a failed try, listening if it listens): tests use it to know that
 // a waiter waits.
-func OnPause(m *Manager, f func()) { m.onPause = f }
+func OnPause(m *Manager, f func()) {
+	if f == nil {
+		m.onPause = nil
+		return
+	}
+	m.onPause = func(bool) { f() }
+}
+
+// OnPauseMode is OnPause with the pause's mode: listening for a
+// notification (true), or polling.
+func OnPauseMode(m *Manager, f func(listening bool)) { m.onPause = f }
 
 // Statements are m's acquire and release statements, for the benchmark
 // that runs them by hand.

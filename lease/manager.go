@@ -47,7 +47,7 @@ type Manager struct {
 	rtt  atomic.Int64 // fastest round trip of acquire and renew seen, in ns
 	rttN atomic.Int64 // how many round trips were seen
 
-	onPause func() // tests: called when a waiter begins a pause
+	onPause func(listening bool) // tests: called when a waiter begins a pause
 }
 
 // New returns a Manager on db, a *sql.DB (any PostgreSQL driver) or a
@@ -55,7 +55,8 @@ type Manager struct {
 //
 // Waiters learn of a release through LISTEN on a connection of their
 // own (pgxpool, or database/sql with pgx's stdlib driver), held only while
-// someone waits; with other drivers, or with [WithPolling], they poll.
+// someone waits; with other drivers, behind a pooler in transaction mode
+// (detected before the first LISTEN), or with [WithPolling], they poll.
 //
 // New does not fail: a nil db or an invalid option is reported, as an
 // error matching [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by
@@ -232,7 +233,7 @@ func (m *Manager) pause(ctx context.Context, sub *subscription, remaining int64)
 		d = min(d, retrySoon/2+rand.N(retrySoon))
 	}
 	if m.onPause != nil {
-		m.onPause()
+		m.onPause(sub != nil)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -18,7 +18,8 @@ type notifier struct {
 	subs     map[string]map[*subscription]struct{}
 	count    int
 	run      *listenRun // the running listener, nil if none
-	disabled bool       // the driver cannot LISTEN
+	disabled bool       // the driver cannot LISTEN, or a pooler would lose it
+	verified bool       // a listener's connection kept its server session
 }
 
 // listenRun is one listener goroutine and its connection.
@@ -90,14 +91,15 @@ func (n *notifier) start() *listenRun {
 	n.run = run
 	go func() {
 		defer cancel()
-		err := n.b.listen(ctx, n.channel, func() { run.markReady(nil) }, n.deliver)
+		err := n.b.listen(ctx, n.channel, func(c querier) error { return n.checkSession(ctx, c) },
+			func() { run.markReady(nil) }, n.deliver)
 		if err == nil || errors.Is(err, errListenDone) {
 			err = errors.New("lease: listener stopped")
 		}
 		run.markReady(err)
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if errors.Is(err, errNoListen) {
+		if errors.Is(err, errNoListen) || errors.Is(err, errPooled) {
 			n.disabled = true
 		}
 		if n.run != run {
@@ -114,6 +116,26 @@ func (n *notifier) start() *listenRun {
 		}
 	}()
 	return run
+}
+
+// checkSession probes, once per Manager, that a listener's connection
+// keeps its server session (see probeSession): behind a transaction pooler
+// a LISTEN lands on a pooled server connection and is never heard from, so
+// the Manager's waiters poll instead.
+func (n *notifier) checkSession(ctx context.Context, c querier) error {
+	n.mu.Lock()
+	verified := n.verified
+	n.mu.Unlock()
+	if verified {
+		return nil
+	}
+	if err := probeSession(ctx, c, n.b); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.verified = true
+	n.mu.Unlock()
+	return nil
 }
 
 func (n *notifier) deliver(name string) {

@@ -62,8 +62,10 @@ func WithTimeout(d time.Duration) Option {
 // WithPolling makes waiters poll for a release every interval (each wait
 // drawn at random between interval/2 and interval, and never past the
 // holder's expiry) instead of listening for the release's notification.
-// Use it behind PgBouncer in transaction pool mode, where LISTEN cannot
-// work. It must be positive.
+// Without it a Manager polls by itself, every 50 ms, where LISTEN cannot
+// work: with a driver that cannot LISTEN (lib/pq), and behind a pooler in
+// transaction mode (PgBouncer), which it detects before its first LISTEN.
+// It must be positive.
 func WithPolling(interval time.Duration) Option {
 	return func(c *config) error {
 		if interval <= 0 {
