@@ -1,5 +1,7 @@
 package lease
 
+import "time"
+
 // OnPause makes m call f whenever a waiter begins a pause between tries
 // (after a failed try, listening if it listens): tests use it to know that
 // a waiter waits.
@@ -10,6 +12,15 @@ func OnPause(m *Manager, f func()) {
 	}
 	m.onPause = func(bool) { f() }
 }
+
+// SetSafetyPoll sets how long m's listening waiters wait for a
+// notification before they try again anyway (default a second): tests that
+// make it longer than any wait know that a waiter woke for the notification.
+func SetSafetyPoll(m *Manager, d time.Duration) { m.safety = d }
+
+// OnWake makes m call f whenever a waiter's pause ends before its context:
+// notified is true if a notification ended it, false if its timer did.
+func OnWake(m *Manager, f func(notified bool)) { m.onWake = f }
 
 // OnPauseMode is OnPause with the pause's mode: listening for a
 // notification (true), or polling.

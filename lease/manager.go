@@ -48,6 +48,8 @@ type Manager struct {
 	rttN atomic.Int64 // how many round trips were seen
 
 	onPause func(listening bool) // tests: called when a waiter begins a pause
+	onWake  func(notified bool)  // tests: called when a pause ends, by a notification or not
+	safety  time.Duration        // tests: a listening waiter's safety poll; 0: safetyPoll
 }
 
 // New returns a Manager on db, a *sql.DB (any PostgreSQL driver) or a
@@ -217,6 +219,9 @@ const (
 // the context's error if ctx ends first.
 func (m *Manager) pause(ctx context.Context, sub *subscription, remaining int64) error {
 	d := safetyPoll
+	if m.safety > 0 {
+		d = m.safety
+	}
 	if sub == nil {
 		interval := m.cfg.poll
 		if interval == 0 {
@@ -243,11 +248,19 @@ func (m *Manager) pause(ctx context.Context, sub *subscription, remaining int64)
 	}
 	select {
 	case <-t.C:
+		m.woke(false)
 		return nil
 	case <-woken:
+		m.woke(true)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+func (m *Manager) woke(notified bool) {
+	if m.onWake != nil {
+		m.onWake(notified)
 	}
 }
 
