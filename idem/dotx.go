@@ -37,8 +37,8 @@ import (
 // server skips the COMMIT and the transaction rolls back — the key and
 // fn's writes exist together or not at all. An error from fn, or a panic
 // (re-raised), rolls back. A COMMIT whose outcome is unknown (the
-// connection lost) is returned as an error: retrying with the same key is
-// safe, and either replays or runs fn again.
+// connection lost) is an error matching txlock.ErrAmbiguousCommit:
+// retrying with the same key is safe, and either replays or runs fn again.
 //
 // Waits, fingerprints, retention and the codec are as in [Do].
 func DoTx[T, Tx any, DB interface {

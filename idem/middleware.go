@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/lockedtx"
 )
 
 // Middleware returns net/http middleware that makes POST and PATCH
@@ -32,7 +33,9 @@ import (
 //     response is sent — a client never sees a response whose effects did
 //     not commit. A 5xx response, a panic or a failed commit rolls
 //     everything back: the key stays free and a retry runs the handler
-//     again. Informational responses (1xx but 101: 103 Early Hints) are
+//     again. A failed commit is answered 503, saying whether the effects
+//     did not commit or the outcome is unknown (the connection lost with
+//     COMMIT in flight: a retry replays or runs again). Informational responses (1xx but 101: 103 Early Hints) are
 //     sent to the client at once and never recorded;
 //   - a later request with the same key and the same fingerprint
 //     ([WithFingerprint]: method, path, query and body by default) gets the stored
@@ -176,7 +179,12 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// connection allows: if storing fails, nothing commits.
 		err = o.end(ctx, true, m.st.store, k.scope, k.key, data)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, lockedtx.ErrAmbiguousCommit):
+		problem(w, http.StatusServiceUnavailable, "the outcome of the request is unknown: the connection to the database was lost while it committed; "+
+			"retry with the same key — it is replayed if it committed, run again if it did not")
+		return
+	case err != nil:
 		problem(w, http.StatusServiceUnavailable, "the request's effects did not commit; retry with the same key")
 		return
 	}

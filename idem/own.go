@@ -37,7 +37,8 @@ type owned struct {
 	// end commits (with the statement store and its arguments, if store
 	// is not empty, in COMMIT's round trip where it can) or, for commit
 	// false, rolls back; it releases what begin acquired. It is called
-	// once.
+	// once. A COMMIT of unknown outcome is an error matching
+	// lockedtx.ErrAmbiguousCommit (commitOutcome).
 	end func(ctx context.Context, commit bool, store string, args ...any) error
 }
 
@@ -195,9 +196,9 @@ func openPgx(ctx context.Context, conn *pgx.Conn, queue func(*pgx.Batch), releas
 			return tx.Rollback(rctx)
 		}
 		if store == "" {
-			return tx.Commit(ctx)
+			return commitOutcome(tx.Commit(ctx))
 		}
-		return lockedtx.CommitBatch(ctx, tx, func(b *pgx.Batch) { b.Queue(store, args...) })
+		return commitOutcome(lockedtx.CommitBatch(ctx, tx, func(b *pgx.Batch) { b.Queue(store, args...) }))
 	}
 	return &owned{conn: pgxTx{tx}, tx: tx, folded: true, end: end}, nil
 }
@@ -226,7 +227,19 @@ func openSQL(ctx context.Context, db interface {
 				return err
 			}
 		}
-		return tx.Commit()
+		return commitOutcome(tx.Commit())
 	}
 	return &owned{conn: sqlTx{tx}, tx: tx, folded: folded, end: end}, nil
+}
+
+// commitOutcome is the error of a COMMIT sent, typed when its outcome is
+// unknown (the connection lost with COMMIT in flight): an
+// *lockedtx.AmbiguousCommitError, which matches txlock.ErrAmbiguousCommit.
+// Otherwise the server's answer (a refused store skips the COMMIT) or a
+// failure before COMMIT left says that nothing committed.
+func commitOutcome(err error) error {
+	if err != nil && pgerr.CommitAmbiguous(err) {
+		return &lockedtx.AmbiguousCommitError{Err: err}
+	}
+	return err
 }
