@@ -57,7 +57,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	lk := redislock.New(c)
 	acquire, release := redislock.Scripts()
 	ctx := context.Background()
-	keys := []string{"bench", "bench" + redislock.FenceSuffix}
+	keys := []string{"bench", redislock.FenceKey("bench"), "bench" + redislock.FenceSuffix} // as the package sends them
 	owner := "0123456789abcdef0123456789abcdef"
 	pkg := func() {
 		l, err := lk.TryAcquire(ctx, "bench", time.Second)

@@ -4,9 +4,12 @@
 //
 // A [Locker] ([New], over any [redis.UniversalClient]) takes a lock on one
 // server with one script: SET key owner NX PX ttl, where owner is 128
-// random bits, and INCR of the counter key+[FenceSuffix] in the same atomic
+// random bits, and INCR of the counter [FenceKey](key) in the same atomic
 // step, so that [Lock.Token] is a fencing token greater than every earlier
-// holder's. [Locker.Acquire] waits, with jittered retries, bounded by
+// holder's. The counter's key holds a NUL byte, which lock keys may not
+// ([ErrInvalid]), and shares the key's Redis Cluster hash slot; a counter
+// an earlier version left at key+[FenceSuffix] is still read, so tokens
+// stay above it. [Locker.Acquire] waits, with jittered retries, bounded by
 // [WithTimeout]; [Locker.TryAcquire] returns [ErrNotAcquired] at once.
 // Release and renewal are scripts that act only while the key holds the
 // owner; acquire and release are one round trip each.

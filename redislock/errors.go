@@ -32,8 +32,9 @@ var (
 	// ErrNoQuorum: fewer than a majority of a Redlock's servers answered,
 	// so the lock can be neither granted nor refused.
 	ErrNoQuorum = errors.New("redislock: no majority of the servers answered")
-	// ErrInvalid: an empty key, or a TTL shorter than MinTTL. Nothing was
-	// sent.
+	// ErrInvalid: an empty key, a key with a NUL byte (the fencing
+	// counters' key space, FenceKey), or a TTL shorter than MinTTL.
+	// Nothing was sent.
 	ErrInvalid = errors.New("redislock: invalid key or TTL")
 )
 

@@ -28,7 +28,7 @@ func TestAcquireIsOneAtomicStepWithItsToken(t *testing.T) {
 		l := must[*redislock.Lock](t)(lk.Acquire(ctx, "k", time.Second))
 		owner := must[string](t)(c.Get(ctx, "k").Result())
 		pttl := must[time.Duration](t)(c.PTTL(ctx, "k").Result())
-		fence := must[int64](t)(c.Get(ctx, "k"+redislock.FenceSuffix).Int64())
+		fence := must[int64](t)(c.Get(ctx, redislock.FenceKey("k")).Int64())
 		if len(owner) != 32 || pttl <= 0 || pttl > time.Second || fence != l.Token() || l.Token() <= last {
 			t.Fatalf("owner %q pttl %v fence %d token %d (last %d)", owner, pttl, fence, l.Token(), last)
 		}

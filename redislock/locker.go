@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,10 +24,51 @@ import (
 // are counted in whole milliseconds, as Redis's PX does.
 const MinTTL = 10 * time.Millisecond
 
-// FenceSuffix names the counter beside each lock's key that mints its
-// fencing tokens: key+FenceSuffix. In Redis Cluster, give keys a hash tag
-// ("{orders}:lock") so that both land in the same slot.
+// FenceSuffix named the fencing counter of earlier versions, key+FenceSuffix,
+// which a lock called key+FenceSuffix collided with. The counter is now
+// [FenceKey]; an old counter left in Redis is still read, so that tokens
+// stay above the ones it minted.
+//
+// Deprecated: the counter is at [FenceKey].
 const FenceSuffix = ":fence"
+
+// fencePrefix begins every fencing counter's key. Its NUL byte is refused
+// in lock keys (ErrInvalid), so no lock key is ever a counter.
+const fencePrefix = "\x00fence"
+
+// FenceKey is the key of the counter that mints key's fencing tokens: a
+// key no lock key can be (it holds a NUL byte, which lock keys may not),
+// in key's Redis Cluster hash slot — it carries key's hash tag if key has
+// one ("{orders}:lock" → "\x00fence:{orders}:lock"), and key as its tag if
+// not ("job" → "\x00fence{job}"). Only a key with a '}' and no hash tag
+// ("a}b") has its counter in another slot: in Redis Cluster such a lock
+// fails with CROSSSLOT; give its key a hash tag.
+func FenceKey(key string) string {
+	if hasHashTag(key) || strings.IndexByte(key, '}') >= 0 {
+		return fencePrefix + ":" + key
+	}
+	return fencePrefix + "{" + key + "}"
+}
+
+// hasHashTag reports whether key has a Redis Cluster hash tag: a '{'
+// followed, later, by a '}' with something between them (only the first
+// '{' counts).
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
+}
+
+// lockKeys are the keys of key's acquiring script: the lock's, its
+// counter's, and the counter of earlier versions (key+FenceSuffix) where a
+// script may touch it — always on one server, and on a cluster or ring
+// only when key has a hash tag (without one the old counter is in another
+// slot, where the old script could not have reached it either).
+func lockKeys(c redis.UniversalClient, key string) []string {
+	if _, one := c.(*redis.Client); one || hasHashTag(key) {
+		return []string{key, FenceKey(key), key + FenceSuffix}
+	}
+	return []string{key, FenceKey(key)}
+}
 
 // The scripts. Each is sent with EVALSHA, and with EVAL when the server
 // does not know it yet (redis.Script's fallback), so each is one round trip
@@ -34,10 +76,21 @@ const FenceSuffix = ":fence"
 var (
 	// acquireScript takes the lock and mints its fencing token in one
 	// atomic step: {token, 0} if granted, {0, the holder's remaining ms}
-	// if not.
+	// if not. The token stays above the old counter KEYS[3], if given and
+	// it holds a counter's value (a lock once called key:fence holds an
+	// owner, and is not one): the counter is set to it and incremented by
+	// Redis, in its integers (at most 15 digits: exact in Lua's doubles).
 	acquireScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {redis.call('INCR', KEYS[2]), 0}
+  local t = redis.call('INCR', KEYS[2])
+  if KEYS[3] then
+    local old = redis.pcall('GET', KEYS[3])
+    if type(old) == 'string' and #old <= 15 and string.match(old, '^%d+$') and tonumber(old) >= t then
+      redis.call('SET', KEYS[2], old)
+      t = redis.call('INCR', KEYS[2])
+    end
+  end
+  return {t, 0}
 end
 return {0, redis.call('PTTL', KEYS[1])}`)
 	// extendScript sets the expiry only if the key is still the owner's.
@@ -128,7 +181,7 @@ func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration
 		ctx, cancel = ihold.BoundWait(ctx, lk.cfg.timeout)
 		defer cancel()
 	}
-	keys := []string{key, key + FenceSuffix}
+	keys := lockKeys(lk.c, key)
 	var w waiter
 	for {
 		// A fresh owner for each attempt, so that a late command of one
@@ -167,6 +220,9 @@ func check(ctx context.Context, op, key string, ttl time.Duration) (time.Duratio
 	switch {
 	case key == "":
 		return 0, &Error{Op: op, Err: ErrInvalid, Cause: errors.New("empty key")}
+	case strings.IndexByte(key, 0) >= 0:
+		return 0, &Error{Op: op, Key: key, Err: ErrInvalid,
+			Cause: errors.New("key holds a NUL byte (the fencing counters' key space)")}
 	case ttl < MinTTL:
 		return 0, &Error{Op: op, Key: key, Err: ErrInvalid,
 			Cause: fmt.Errorf("TTL %v is shorter than %v (drift allowance %v)", ttl, MinTTL, drift(ttl))}
@@ -211,7 +267,7 @@ const cleanupTimeout = 500 * time.Millisecond
 // oneServer is a lock held on one Redis server.
 type oneServer struct {
 	c     redis.UniversalClient
-	keys  []string // the lock's key, its fence counter's
+	keys  []string // the lock's key, then its fencing counters' (lockKeys)
 	owner string
 	ttl   int64 // ms
 }
@@ -242,7 +298,7 @@ type Lock struct {
 // A Lock is a [sqlock.Lock] with a fencing token.
 var _ sqlock.Fenced = (*Lock)(nil)
 
-// Token is the lock's fencing token: the value of the counter key+[FenceSuffix]
+// Token is the lock's fencing token: the value of the counter [FenceKey]
 // that the acquiring script incremented in the same atomic step that took
 // the lock, so it is greater than every earlier holder's — as long as the
 // counter survives (appendfsync always, no failover to a replica that

@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +47,11 @@ type Options struct {
 	// Persist turns on the append-only file with appendfsync always, so
 	// that every acknowledged write survives Kill and Restart.
 	Persist bool
+	// Cluster starts the server in Redis Cluster mode as a cluster of one
+	// node owning every hash slot, so that a [redis.ClusterClient] can
+	// use it and the server refuses a command or script whose keys are
+	// in different slots (CROSSSLOT), as a real cluster does.
+	Cluster bool
 }
 
 // Server is a redis-server owned by this process.
@@ -125,16 +131,49 @@ func startOnce(ctx context.Context, bin string, opts Options) (*Server, error) {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	if opts.Cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
+	}
 	proc, err := serverproc.Start(dir, nil, watchdog, "redistest-watchdog", args...)
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, proc: proc}
-	if err := s.waitReady(ctx); err != nil {
+	err = s.waitReady(ctx)
+	if err == nil && opts.Cluster {
+		err = s.ownEverySlot(ctx)
+	}
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// ownEverySlot makes a server in cluster mode a cluster of one node that
+// owns every hash slot, and waits until it says the cluster is ok.
+func (s *Server) ownEverySlot(ctx context.Context) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		return fmt.Errorf("redistest: CLUSTER ADDSLOTSRANGE: %w", err)
+	}
+	return serverproc.WaitReady(ctx, 30*time.Second, 10*time.Millisecond, s.PID(), func(ctx context.Context) error {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && !strings.Contains(info, "cluster_state:ok") {
+			err = errors.New("cluster state not ok yet")
+		}
+		return err
+	})
+}
+
+// ClusterClient returns a go-redis cluster client of a server started with
+// [Options.Cluster], closed when the test ends.
+func (s *Server) ClusterClient(tb testing.TB) *redis.ClusterClient {
+	tb.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.Addr}})
+	tb.Cleanup(func() { c.Close() })
+	return c
 }
 
 // waitReady waits until the server answers PING.
