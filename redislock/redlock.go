@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +114,7 @@ func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration
 		// A fresh owner for each attempt: a late command of an attempt
 		// given up (its clean-up's DEL, a SET that timed out) cannot touch
 		// the keys of the next.
-		srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl}
+		srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl, last: make([]chan struct{}, len(r.cs))}
 		sent := time.Now()
 		granted, answered, err := srv.try(ctx)
 		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
@@ -163,6 +164,24 @@ type majority struct {
 	key   string
 	owner string
 	ttl   time.Duration
+	// last[i] is closed when the lock's latest command to server i has
+	// ended: the next one waits for it. An acquisition, a renewal or a
+	// release returns once a majority answered, and the others finish in
+	// the background — a SET or renewal issued before a Release must not
+	// land after its DEL, or the key would reappear there after Release
+	// returned.
+	mu   sync.Mutex
+	last []chan struct{}
+}
+
+// next queues a command to server i behind the lock's earlier ones: it
+// may run once prev is closed (nil: at once), and closes done when it ends.
+func (m *majority) next(i int) (prev <-chan struct{}, done chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, done = m.last[i], make(chan struct{})
+	m.last[i] = done
+	return prev, done
 }
 
 // stepDivisor bounds each server's acquiring command to ttl/stepDivisor: a
@@ -208,9 +227,14 @@ func (m *majority) each(ctx context.Context, anyHow bool, bound time.Duration, f
 	}
 	results := make(chan result, n) // the commands left behind never block
 	for i, c := range m.r.cs {
+		prev, done := m.next(i) // in the order the commands are issued
 		go func() {
 			defer finished()
+			if prev != nil {
+				<-prev
+			}
 			ok, err := f(ctx, c)
+			close(done)
 			results <- result{i, ok, err}
 		}()
 	}

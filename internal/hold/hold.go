@@ -356,12 +356,14 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.beat.Stop()
 	beating := h.beating
 	h.mu.Unlock()
-	// A renewal in flight is cancelled, and waited for after the release
-	// is sent: if it reaches the server after the release it finds nothing
-	// of this holder's, which changes nothing.
+	// A renewal in flight is cancelled, and has ended before the release
+	// is sent: every request it sent was issued before the release's (a
+	// backend that orders its requests, as Redlock's does per server, then
+	// has no renewal land after the release). A renewal that started
+	// after released was set sends nothing.
 	h.stopBeat()
 	if beating != nil {
-		defer func() { <-beating }()
+		<-beating
 	}
 	if ctx == nil {
 		ctx = context.Background()
