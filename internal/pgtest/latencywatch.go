@@ -114,31 +114,3 @@ func (a *Allowance) Stop() time.Duration {
 	a.server.tb.Helper()
 	return 2 * (a.lag.Stop() + a.server.Stop())
 }
-
-// DeadlineRun is what [DB.RunToDeadline] measured of one call.
-type DeadlineRun struct {
-	Err   error
-	Took  time.Duration // from the call to its return
-	After time.Duration // its return less the deadline: negative when in time
-	// Allowed is how late a return may be on this machine now: twice the
-	// sum of the client's timer lateness (schedlag) and the server's
-	// slowest round trip (LatencyWatch), both measured during the call.
-	Allowed time.Duration
-}
-
-// RunToDeadline calls call with a context whose deadline is timeout away,
-// watching the client's timers and the server's round trip meanwhile, for
-// tests of a promise to answer before a deadline: such a promise holds
-// while the machine and the server answer, and a stall of either is
-// measured rather than guessed.
-func (d *DB) RunToDeadline(timeout time.Duration, call func(ctx context.Context) error) DeadlineRun {
-	d.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-	allowance := StartAllowance(d.tb, d.DSN)
-	called := time.Now()
-	err := call(ctx)
-	returned := time.Now()
-	return DeadlineRun{Err: err, Took: returned.Sub(called), After: returned.Sub(deadline), Allowed: allowance.Stop()}
-}
