@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/sqlock/sqlock/internal/schedlag"
 )
 
 // LatencyWatch samples the server's round trip while a test waits: a
@@ -88,29 +86,4 @@ func (w *LatencyWatch) Stop() time.Duration {
 		w.tb.Fatalf("pgtest: the latency watch's SELECT 1 failed: %v", w.err)
 	}
 	return time.Duration(w.slowest.Load())
-}
-
-// Allowance measures how late an answer may come on this machine now, for
-// tests of a promise to answer in time: such a promise holds while the
-// machine and the server answer, and a stall of either is measured rather
-// than guessed.
-type Allowance struct {
-	lag    *schedlag.Watch
-	server *LatencyWatch
-}
-
-// StartAllowance starts watching the client's timers (schedlag) and the
-// round trip to the server dsn names (WatchLatencyAt).
-func StartAllowance(tb testing.TB, dsn string) *Allowance {
-	tb.Helper()
-	return &Allowance{lag: schedlag.Start(), server: WatchLatencyAt(tb, dsn)}
-}
-
-// Stop ends the watch and returns the allowance: twice the sum of the
-// latest a client timer fired and the slowest round trip to the server
-// (a late goroutine, or a starved server or pooler, delays an answer by
-// as much).
-func (a *Allowance) Stop() time.Duration {
-	a.server.tb.Helper()
-	return 2 * (a.lag.Stop() + a.server.Stop())
 }
