@@ -674,6 +674,9 @@ func TestMultiplexedColdBurstOfTryOncesStaysOnTheSet(t *testing.T) {
 		if err := l.Verify(ctx); err != nil { // the probe's connections are closed: the set is cold
 			t.Fatal(err)
 		}
+		// pgxpool destroys a closed connection in a goroutine of its own,
+		// and counts it as acquired until then.
+		waitUntil(t, "the probe's connections are gone", func() bool { return inUse() == 0 })
 		locks := make([]*advisory.Lock, keys)
 		errs := make([]error, keys)
 		ready := make(chan struct{})
@@ -736,6 +739,12 @@ func TestMultiplexedPlacementGrowsWithConcurrency(t *testing.T) {
 		conn := admin(t, db)
 		const set = 4
 		l, inUse := mc.open(t, db, 8, advisory.WithMultiplexing(set), advisory.WithTimeout(30*time.Second))
+		if err := l.Verify(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// pgxpool destroys the probe's closed connections in a goroutine of
+		// its own, and counts them as acquired until then.
+		waitUntil(t, "the probe's connections are gone", func() bool { return inUse() == 0 })
 		var locks []*advisory.Lock
 		defer func() {
 			for _, lk := range locks {
