@@ -24,8 +24,6 @@ func Sweep[DB Handle](ctx context.Context, db DB, opts ...Option) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	// The statement also reports how long it ran on the server (the rows
-	// it deleted stay locked from then until its commit, right after).
 	// One statement per batch: the oldest expired rows, found through the
 	// expires_at index (statement_timestamp() is stable, so the index can
 	// be used), locked skipping rows others hold, deleted by their tuple
