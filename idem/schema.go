@@ -91,7 +91,7 @@ func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	q := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n", int64(migrateLock)) + ddl(c.table)
+	q := fmt.Sprintf("SELECT pg_catalog.pg_advisory_xact_lock(%d);\n", int64(migrateLock)) + ddl(c.table)
 	switch h := any(db).(type) {
 	case *sql.DB:
 		if h != nil {
@@ -163,7 +163,7 @@ SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM c
   coalesce((SELECT phased FROM cur), false)`
 	return statements{
 		claim:    fmt.Sprintf(tmpl, t, "true"),
-		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_try_advisory_xact_lock($5::bigint) END"),
+		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_catalog.pg_try_advisory_xact_lock($5::bigint) END"),
 		// claimInsert is the claim's INSERT alone, sent with BEGIN by DoTx
 		// (see insertClaimQueue).
 		claimInsert: fmt.Sprintf(`INSERT INTO %s (scope, key, fingerprint, expires_at)

@@ -95,7 +95,7 @@ func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
 	if b == nil {
 		return &Error{Op: "migrate", Cause: errs.New(sqlock.ErrNilHandle, "lease: nil database handle")}
 	}
-	q := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n", int64(migrateLock)) + ddl(c.table)
+	q := fmt.Sprintf("SELECT pg_catalog.pg_advisory_xact_lock(%d);\n", int64(migrateLock)) + ddl(c.table)
 	if err := b.exec(ctx, q); err != nil {
 		return &Error{Op: "migrate", Cause: err}
 	}
