@@ -1,4 +1,22 @@
 package redislock
 
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // Scripts lets the benchmarks send the package's scripts by hand.
 func Scripts() (acquire, release string) { return acquireScript.Hash(), releaseScript.Hash() }
+
+// LoadScripts loads every script of the package on c's server, so that a
+// test's command log sees each sent as EVALSHA with its hash (a script
+// not loaded yet is sent again as EVAL with its source).
+func LoadScripts(ctx context.Context, c redis.Scripter) error {
+	for _, s := range []*redis.Script{acquireScript, extendScript, releaseScript, retakeScript} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
