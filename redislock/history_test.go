@@ -146,7 +146,10 @@ func TestHistoriesAreLinearizableAgainstALockGuardingAFencedRegister(t *testing.
 			db.Exec(`INSERT INTO register VALUES (1, 0, 0)`)
 			sqlDB := db.SQL()
 			ctx := context.Background()
-			ttl := max(time.Second, 30*s.Latency(t)) // quiet runs may not lose a lock: room for a late renewal
+			// Quiet runs may not lose a lock: a TTL no stall on a busy
+			// machine reaches (the faulty run expires holders by its own
+			// means, below).
+			ttl := time.Minute
 			lk := redislock.New(c, redislock.WithTimeout(time.Minute))
 			rec := &recorder{base: time.Now()}
 			const clients, rounds = 4, 15
@@ -254,7 +257,7 @@ func TestRedlockHistoryWithServersRestartedWithoutPersistence(t *testing.T) {
 	for _, persist := range []bool{false, true} {
 		servers := redistest.NewN(t, 5, redistest.Options{Persist: persist})
 		r := redislock.NewRedlock(clients(t, servers))
-		ttl := max(3*time.Second, 300*servers[0].Latency(t))
+		ttl := time.Minute // A's lock may not expire, at any speed
 		rec := &recorder{base: time.Now()}
 		var a *redislock.RedlockLock
 		rec.do(0, opIn{kind: opAcquire, client: 0}, func() opOut {

@@ -47,11 +47,7 @@ func TestObserverSeesWaitsHoldsAndLossesOfRedisLocks(t *testing.T) {
 	if err := c.Set(ctx, "k", "someone else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-l.Lost():
-	case <-time.After(time.Until(l.Deadline()) + 10*time.Second):
-		t.Fatal("a lock taken over was not reported lost")
-	}
+	<-l.Lost() // bounded by go test -timeout, not by a window of its own
 	if err := l.Release(ctx); !errors.Is(err, redislock.ErrNotHeld) {
 		t.Fatalf("Release of a lost lock: %v", err)
 	}

@@ -87,8 +87,9 @@ func TestPausedHolderIsFencedOut(t *testing.T) {
 	db.Exec(`CREATE TABLE register (id int PRIMARY KEY, value text, version bigint NOT NULL, fence bigint NOT NULL)`)
 	db.Exec(`INSERT INTO register VALUES (1, 'initial', 1, 0)`)
 	ctx := context.Background()
-	lat := s.Latency(t)
-	ttl := max(500*time.Millisecond, 50*lat)
+	// The child's TTL: its expiry is the point. The new holder's lock
+	// must not expire, at any speed.
+	const ttl, newTTL = 500 * time.Millisecond, time.Minute
 	cmd := child("paused", "REDIS_ADDRS="+s.Addr, "REDIS_DSN="+db.DSN, "REDIS_NAME=paused", "REDIS_TTL="+ttl.String())
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -107,14 +108,16 @@ func TestPausedHolderIsFencedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := time.Now()
-	l, err := redislock.New(s.Client(t, nil)).Acquire(ctx, "paused", ttl)
+	// The takeover waits for the paused child's key to expire on the
+	// server; how long is no assertion (go test -timeout bounds it).
+	l, err := redislock.New(s.Client(t, nil), redislock.WithTimeout(time.Hour)).Acquire(ctx, "paused", newTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(paused)
 	defer l.Release(ctx)
-	if bound := ttl + max(100*time.Millisecond, 20*lat); took > bound || l.Token() <= childToken {
-		t.Fatalf("took over %v after the pause (bound %v), token %d after the child's %d", took, bound, l.Token(), childToken)
+	if l.Token() <= childToken {
+		t.Fatalf("token %d after the child's %d", l.Token(), childToken)
 	}
 	if err := fencedWrite(ctx, db.SQL(), "new holder", l.Token()); err != nil {
 		t.Fatal(err)
