@@ -2,6 +2,10 @@
 // implements — on one server, and as Redlock over N independent servers —
 // behind the same interface as sqlock's PostgreSQL locks, on go-redis v9.
 //
+// A lock key may not hold a NUL byte: it is refused with [ErrInvalid] and
+// nothing is sent (that byte marks the fencing counters' key space);
+// encode binary keys, in hex or base64, before using them as lock names.
+//
 // A [Locker] ([New], over any [redis.UniversalClient]) takes a lock on one
 // server with one script: SET key owner NX PX ttl, where owner is 128
 // random bits, and INCR of the counter [FenceKey](key) in the same atomic
@@ -12,13 +16,19 @@
 // stay above it. [Locker.Acquire] waits, with jittered retries, bounded by
 // [WithTimeout]; [Locker.TryAcquire] returns [ErrNotAcquired] at once.
 // Release and renewal are scripts that act only while the key holds the
-// owner; acquire and release are one round trip each.
+// owner; acquire and release are one round trip each. Release waits for a
+// renewal in flight to end before it sends the release, so no renewal
+// lands after it.
 //
 // A [Redlock] ([NewRedlock], over an odd number ≥ 3 of clients) sets the
 // key on every server in parallel and holds the lock when a majority
 // granted it within its validity: the TTL less the time the attempt took
 // and the drift allowance (1% of the TTL plus 2 ms). Otherwise it deletes
-// what it got and retries after a random pause. A [RedlockLock] has no
+// what it got and retries after a random pause. A lock's commands to one
+// server run in the order they were issued, so no renewal or late SET of
+// the acquisition reaches a server after the release; but a command that
+// timed out on the client and that a paused server runs later can still
+// leave the key on that one server until its TTL. A [RedlockLock] has no
 // fencing token, and is not a [sqlock.Fenced]: the servers share no
 // counter, and a server that restarts without its data lets a second holder
 // in while the first still believes it holds the lock.
