@@ -135,7 +135,13 @@ func exclusionChild() int {
 	n, _ := strconv.Atoi(os.Getenv("ADVISORY_N"))
 	ctx := context.Background()
 	var l *advisory.Locker
-	opts := []advisory.Option{advisory.WithTimeout(2 * time.Minute)}
+	// Bounds no statement can reach at any speed: this test is about
+	// exclusion, and beside CPU hogs a keepalive check or an unlock can wait
+	// seconds for the server, which the defaults (2 s, 3 s) rightly report
+	// as a lost lock — an error here, not an overlap. How loss is noticed is
+	// proven under synctest (timers_internal_test.go) and in loss_test.go.
+	opts := []advisory.Option{advisory.WithTimeout(2 * time.Minute),
+		advisory.WithKeepalive(time.Minute), advisory.WithReleaseTimeout(time.Minute)}
 	mux := os.Getenv("ADVISORY_MODE") == "mux"
 	poolSize := 0 // the driver's default
 	if mux {
