@@ -71,7 +71,7 @@ func (l *Lease) guardResult(err error) error {
 		return &Error{Op: "guard", Name: l.name, Err: ErrLost,
 			Cause: errors.New("the server no longer has the lease as this holder's (expired or taken over); the transaction is aborted")}
 	}
-	return &Error{Op: "guard", Name: l.name, Cause: err}
+	return &Error{Op: "guard", Name: l.name, Cause: pgerr.PoolerPrepared(err)}
 }
 
 // QueueGuard queues the check of [Lease.Guard] in b, a pgx batch to be

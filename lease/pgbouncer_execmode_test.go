@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sqlock/sqlock/internal/pgtest"
 	"github.com/sqlock/sqlock/lease"
 )
@@ -52,5 +53,44 @@ func TestPgBouncerDefaultExecModeNamesTheCure(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Guard runs in the caller's transaction, not on the Manager's pool, so
+// its statement meets the same trap there: two pools in pgx's default mode
+// sharing PgBouncer's one server connection, each guarding in turn, get
+// the error that names the cure, never the bare 42P05.
+func TestPgBouncerDefaultExecModeGuardNamesTheCure(t *testing.T) {
+	leakCheck(t)
+	db := newDB(t)
+	trap, _ := pgtest.StartPreparedTrap(t, db)
+	ctx := context.Background()
+	l, err := backends[0].open(t, db.DSN).TryAcquire(ctx, "execmode-guard", roomyTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	var pools [2]*pgxpool.Pool
+	for i := range pools {
+		if pools[i], err = pgxpool.New(ctx, trap); err != nil {
+			t.Fatal(err)
+		}
+		defer pools[i].Close()
+	}
+	failed := 0
+	for n := range 6 {
+		tx, err := pools[n%2].Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) // before the pools close, should the check fail
+		if err := l.Guard(ctx, tx); err != nil {
+			pgtest.CheckPreparedTrap(t, err)
+			failed++
+		}
+		tx.Rollback(ctx)
+	}
+	if failed == 0 {
+		t.Fatal("no guard failed in pgx's default mode: the trap is not set")
 	}
 }
