@@ -2,6 +2,7 @@ package advisory_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
@@ -771,7 +772,9 @@ func TestWaitForPooledConnection(t *testing.T) {
 			// machine is; a short one for the waits that must run out.
 			roomy := open()
 			held := mustLock(t)(roomy.Lock(ctx, advisory.KeyInt(1)))
-			defer held.Release(ctx) // on failure; ErrNotHeld after the Release below
+			// On failure, whichever lock held is by then (ErrNotHeld after a
+			// Release below): the pool cannot close while it is out.
+			defer func() { held.Release(ctx) }()
 			short := []advisory.Option{advisory.WithTimeout(200 * time.Millisecond)}
 			verified := open(short...)
 			mux := open(append(short, advisory.WithMultiplexing(2))...)
@@ -818,7 +821,21 @@ func TestWaitForPooledConnection(t *testing.T) {
 			// A wait for the lock itself says so, and is not a wait for a
 			// connection.
 			held = mustLock(t)(roomy.Lock(ctx, advisory.KeyInt(1)))
+			// Its pool has two connections ready (the first use's probe
+			// takes two), so that nothing of the bound goes to dialling,
+			// however slow this machine is.
 			sdbOther := db.OpenSQL()
+			var ready [2]*sql.Conn
+			for i := range ready {
+				c, err := sdbOther.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ready[i] = c
+			}
+			for _, c := range ready {
+				c.Close()
+			}
 			_, err := advisory.New(sdbOther, short...).Lock(ctx, advisory.KeyInt(1))
 			if !errors.Is(err, advisory.ErrTimeout) || errors.Is(err, advisory.ErrConnTimeout) ||
 				!strings.Contains(err.Error(), "timed out waiting for the lock") {
