@@ -31,7 +31,10 @@ func TestObserverPanicOnAcquiredReleasesTheLease(t *testing.T) {
 	db := newDB(t)
 	conn := admin(t, db)
 	ctx := context.Background()
-	const ttl = time.Second // three renewals to wait for; no stall of a busy machine outlives it
+	// Three renewals to wait for (one TTL). The witness is renewed every
+	// TTL/3 with two thirds of a TTL to spare: 4 s of stall beside CPU hogs
+	// still leave it held; a 1 s TTL gave 0.6 s.
+	const ttl = 6 * time.Second
 	obs := new(panicOnceOnAcquired)
 	m := lease.New(openPool(t, db.DSN), lease.WithObserver(obs))
 	var got any

@@ -94,7 +94,10 @@ func acquireRecovering(acquire func() error) (recovered any, err error) {
 // panic, while the new holder is renewed three times.
 func TestObserverPanicOnAcquiredReleasesTheLock(t *testing.T) {
 	leakCheck(t)
-	const ttl = time.Second // three renewals to wait for; no stall of a busy machine outlives it
+	// Three renewals to wait for (one TTL). The witness is renewed every
+	// TTL/3 with two thirds of a TTL to spare: 4 s of stall beside CPU hogs
+	// still leave it held; a 1 s TTL gave 0.6 s.
+	const ttl = 6 * time.Second
 	for _, n := range []int{1, 3} {
 		t.Run(map[int]string{1: "single", 3: "redlock-3"}[n], func(t *testing.T) {
 			servers := redistest.NewN(t, n, redistest.Options{})
