@@ -2,11 +2,11 @@
 SHELL := /bin/bash
 GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# One throwaway PostgreSQL for every package's tests (internal/pgtest).
-WITHPG := $(GO) run ./internal/pgtest/cmd/withpg
+# One throwaway PostgreSQL for every package's tests (internal/testing/pgtest).
+WITHPG := $(GO) run ./internal/tools/withpg
 FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
-FUZZ_TARGETS := ./pghash:FuzzTextExtended ./internal/vmodel:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./sqlxhelpers:FuzzRewriteMySQL ./gormplugin:FuzzConditions
+FUZZ_TARGETS := ./hash:FuzzTextExtended ./internal/vmodel:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./sqlxhelpers:FuzzRewriteMySQL ./gormplugin:FuzzConditions
 # Model-based (rapid) tests that `make fuzz` runs with RAPID_CHECKS checks
 # (make test runs rapid's default 100).
 # The gormplugin model test counts writes instead (SQLOCK_MODEL_OPS; make test
@@ -17,8 +17,8 @@ MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesM
 
 # The Debian packages each command needs; scripts/ensure-deps.sh installs the
 # missing ones as root, or prints the apt-get line to run. The tests on MariaDB
-# (internal/mariatest) start their own server from mariadb-server's binaries,
-# and redislock's (internal/redistest) theirs from redis-server's.
+# (internal/testing/mariatest) start their own server from mariadb-server's binaries,
+# and redislock's (internal/testing/redistest) theirs from redis-server's.
 TEST_DEPS := postgresql pgbouncer mariadb-server redis-server
 DEMO_DEPS := postgresql
 
@@ -47,7 +47,7 @@ bench: deps
 
 # Regenerates docs/benchmarks.md, docs/benchmarks.txt and docs/contention.svg.
 bench-report: deps
-	$(WITHPG) -- $(GO) run ./internal/benchreport
+	$(WITHPG) -- $(GO) run ./internal/tools/benchreport
 
 # redislock beside bsm/redislock and go-redsync/redsync (docs/redislock.md's
 # comparison table), from bench/redislockcmp: a module of its own, so that

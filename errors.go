@@ -9,6 +9,12 @@ var (
 	// was passed where one is required.
 	ErrNilHandle = errors.New("sqlock: nil handle")
 
+	// ErrInvalidArgument: an argument of the call itself is outside what the
+	// call accepts: an empty or oversized lock name, a key the backend cannot
+	// store, a TTL too short to renew or too long to represent. Every
+	// backend's own bad-input errors match it, beside their own sentinels.
+	ErrInvalidArgument = errors.New("sqlock: invalid argument")
+
 	// ErrInvalidOption: an option was given a value outside its range. A
 	// timeout is a positive duration in every package: zero and negative
 	// durations are refused, never read as "wait forever" or "the default".

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/pgerr"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 // cycle is one uncontended lock+unlock on a new key.
@@ -265,7 +265,7 @@ func BenchmarkDeadlineWaitOverASlowNetwork(b *testing.B) {
 		_, err := l.Lock(ctx, key)
 		worst = max(worst, time.Since(d))
 		cancel()
-		if pgerr.Code(err) == pgerr.LockNotAvailable {
+		if pgerror.Code(err) == pgerror.LockNotAvailable {
 			byServer++
 		}
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/pgtest"
-	"github.com/sqlock/sqlock/pghash"
+	"github.com/sqlock/sqlock/hash"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 // TestPgBouncer: behind PgBouncer in transaction mode session locks are
@@ -134,7 +134,7 @@ func (c fakeConn) QueryContext(_ context.Context, query string, args []driver.Na
 	}
 	text := args[0].Value.(string)
 	return &fakeRows{cols: []string{"version", "pid", "h32", "h64", "set"}, row: []driver.Value{
-		c.f.version, int64(1), int64(pghash.Text(text)) + c.f.hashOff, pghash.TextExtended(text, 0) + c.f.hashOff, args[1].Value,
+		c.f.version, int64(1), int64(hash.Text(text)) + c.f.hashOff, hash.TextExtended(text, 0) + c.f.hashOff, args[1].Value,
 	}}, nil
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // Errors. Every error this package returns is an *Error carrying the
@@ -23,16 +23,16 @@ var (
 	// context.DeadlineExceeded). The server's lock_timeout (SQLSTATE 55P03)
 	// enforces it. A wait that ran out before the lock statement was sent,
 	// waiting for a connection, is ErrConnTimeout, which matches ErrTimeout.
-	ErrTimeout = errs.New(sqlock.ErrTimeout, "advisory: timed out waiting for the lock")
+	ErrTimeout = errkind.New(sqlock.ErrTimeout, "advisory: timed out waiting for the lock")
 	// ErrConnTimeout: the wait ran out before it reached the lock, waiting
 	// for a connection — from the pool (all of its connections in use, or
 	// one being dialled), or of the shared set ([WithMultiplexing]). It
 	// matches ErrTimeout (and so sqlock.ErrTimeout); the message says which
 	// connection it waited for.
-	ErrConnTimeout = errs.New(ErrTimeout, "advisory: timed out waiting for a connection")
+	ErrConnTimeout = errkind.New(ErrTimeout, "advisory: timed out waiting for a connection")
 	// ErrNotAcquired: a try-once (TryLock, TryRLock) found the lock held
 	// elsewhere.
-	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "advisory: lock is held elsewhere")
+	ErrNotAcquired = errkind.New(sqlock.ErrNotAcquired, "advisory: lock is held elsewhere")
 	// ErrDeadlock: the server chose this waiter as a deadlock victim
 	// (SQLSTATE 40P01).
 	ErrDeadlock = errors.New("advisory: deadlock detected (SQLSTATE 40P01)")
@@ -44,7 +44,7 @@ var (
 	// ErrLost: the lock's session ended — its connection died, the server
 	// ended it, or an unlock could not be confirmed (then the connection was
 	// closed, which ends the session and so releases the lock).
-	ErrLost = errs.New(sqlock.ErrLost, "advisory: lock lost: its session ended")
+	ErrLost = errkind.New(sqlock.ErrLost, "advisory: lock lost: its session ended")
 	// ErrNotHeld: Release of a Lock that was already released.
 	ErrNotHeld = errors.New("advisory: lock not held (already released)")
 	// ErrUnavailable: no working connection — the pool could not connect, or
@@ -54,14 +54,14 @@ var (
 
 // The package's wording of the shared refusals.
 var (
-	errNilHandle   = errs.New(sqlock.ErrNilHandle, "advisory: nil database handle")
-	errNilFunc     = errs.New(sqlock.ErrNilHandle, "advisory: nil function")
-	errUnsupported = errs.New(sqlock.ErrUnsupported, "advisory: session advisory locks are not supported here")
+	errNilHandle   = errkind.New(sqlock.ErrNilHandle, "advisory: nil database handle")
+	errNilFunc     = errkind.New(sqlock.ErrNilHandle, "advisory: nil function")
+	errUnsupported = errkind.New(sqlock.ErrUnsupported, "advisory: session advisory locks are not supported here")
 )
 
 // invalidOption is the error of an option out of range.
 func invalidOption(format string, args ...any) error {
-	return errs.New(sqlock.ErrInvalidOption, "advisory: invalid option: "+format, args...)
+	return errkind.New(sqlock.ErrInvalidOption, "advisory: invalid option: "+format, args...)
 }
 
 // Error is the error type of this package.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/sqlock/sqlock/pghash"
+	"github.com/sqlock/sqlock/hash"
 )
 
 // ErrInvalidKey is returned for the zero Key, or one made from an empty
@@ -35,7 +35,7 @@ type Key struct {
 	text     string // what KeyOf or KeyText hashed; "" otherwise
 }
 
-// KeyOf hashes s to a 64-bit key: pghash.TextExtended(s, 0), the value SQL's
+// KeyOf hashes s to a 64-bit key: hash.TextExtended(s, 0), the value SQL's
 // hashtextextended(s, 0) gives, so pg_advisory_lock(hashtextextended(s, 0))
 // in SQL takes the same lock. This is the default: 32-bit keys collide
 // (1% odds at about 9,300 distinct keys; 64-bit: 6×10⁸).
@@ -43,7 +43,7 @@ func KeyOf(s string) Key {
 	if s == "" {
 		return Key{}
 	}
-	return Key{kind: kindInt64, v: pghash.TextExtended(s, 0), text: s}
+	return Key{kind: kindInt64, v: hash.TextExtended(s, 0), text: s}
 }
 
 // KeyText hashes s to the 32-bit key that SQL's pg_advisory_lock(hashtext(s))
@@ -53,7 +53,7 @@ func KeyText(s string) Key {
 	if s == "" {
 		return Key{}
 	}
-	return Key{kind: kindInt64, hashtext: true, v: int64(pghash.Text(s)), text: s}
+	return Key{kind: kindInt64, hashtext: true, v: int64(hash.Text(s)), text: s}
 }
 
 // KeyInt is the bigint key n, as in pg_advisory_lock(n).

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/holds"
+	"github.com/sqlock/sqlock/internal/heldkeys"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -111,7 +111,7 @@ func (lk *Lock) Context(parent context.Context) (context.Context, context.Cancel
 	ctx, cancel := context.WithCancelCause(parent)
 	lost := lk.lostContext()
 	stop := context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
-	ctx = holds.With(ctx, &holds.Hold{Handle: lk.l.b.handle(), Tags: []holds.Tag{tagOf(lk.key)},
+	ctx = heldkeys.With(ctx, &heldkeys.Hold{Handle: lk.l.b.handle(), Tags: []heldkeys.Tag{tagOf(lk.key)},
 		Shared: lk.shared, Ended: lk.ended.Load, Owner: lk.l})
 	return ctx, func() {
 		stop()

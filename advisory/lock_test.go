@@ -14,9 +14,9 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/observetest"
-	"github.com/sqlock/sqlock/internal/pgerr"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -275,7 +275,7 @@ func TestTimeoutSettingsNotLeft(t *testing.T) {
 				if queued {
 					break
 				}
-				if pgerr.Code(err) != pgerr.QueryCanceled || attempt == 5 {
+				if pgerror.Code(err) != pgerror.QueryCanceled || attempt == 5 {
 					t.Fatalf("%s: Lock ended before it waited (attempt %d): %v", bc.name, attempt, err)
 				}
 				t.Logf("%s: a statement before the wait hit the session's statement_timeout: %v", bc.name, err)

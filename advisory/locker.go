@@ -12,9 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/holds"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/heldkeys"
+	"github.com/sqlock/sqlock/internal/pgerror"
 	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -204,7 +204,7 @@ func newLocker(b backend, opts []Option) *Locker {
 }
 
 // Verify checks the Locker's configuration and the server once: real
-// PostgreSQL whose hashtext and hashtextextended agree with package pghash,
+// PostgreSQL whose hashtext and hashtextextended agree with package hash,
 // and a connection that keeps one server session (not PgBouncer in
 // transaction mode). The first acquisition does the same; call Verify to
 // fail fast at start-up. A refusal ([sqlock.ErrUnsupported]) is remembered; a
@@ -521,9 +521,9 @@ func (l *Locker) conn(w *waitBound) (session, *Error) {
 // connTimeout is the error for a wait for a connection from the pool that
 // ran out: it says whether every connection of the pool was in use.
 func (l *Locker) connTimeout(w *waitBound, cause error) *Error {
-	what := errs.New(ErrConnTimeout, "advisory: timed out waiting for a connection from the pool")
+	what := errkind.New(ErrConnTimeout, "advisory: timed out waiting for a connection from the pool")
 	if n := l.b.maxConns(); n > 0 && l.b.connsInUse() >= n {
-		what = errs.New(ErrConnTimeout, "advisory: timed out waiting for a connection from the pool: all %d of its connections are in use", n)
+		what = errkind.New(ErrConnTimeout, "advisory: timed out waiting for a connection from the pool: all %d of its connections are in use", n)
 	}
 	return w.timeoutFor(what, cause)
 }
@@ -609,23 +609,23 @@ func (l *Locker) lockTimeout(ctx context.Context, w *waitBound) int64 {
 // and any lock in it. A blocking lock whose deadline left it detached was
 // cut only if stmtEnd passed (or a cancellation zeroed it).
 func (l *Locker) lockFailed(ctx context.Context, sess session, w *waitBound, try bool, stmtEnd time.Time, err error) *Error {
-	code := pgerr.Code(err)
+	code := pgerror.Code(err)
 	stmtCut := !time.Now().Before(stmtEnd) || (try || !hasDeadline(ctx)) && ctx.Err() != nil
-	if code != "" && !pgerr.ConnectionLost(err) && !stmtCut {
+	if code != "" && !pgerror.ConnectionLost(err) && !stmtCut {
 		l.sweep(ctx, sess)
 	} else {
 		sess.destroy()
 	}
 	switch {
-	case code == pgerr.LockNotAvailable:
+	case code == pgerror.LockNotAvailable:
 		return w.timeout(err)
-	case code == pgerr.DeadlockDetected:
+	case code == pgerror.DeadlockDetected:
 		return &Error{Op: w.op, Key: w.key, Err: ErrDeadlock, Cause: err}
 	case ctx.Err() != nil:
 		return ctxError(w.op, w.key, ctx)
-	case stmtCut || w.out() && !pgerr.ConnectionLost(err):
+	case stmtCut || w.out() && !pgerror.ConnectionLost(err):
 		return w.timeout(err)
-	case pgerr.ConnectionLost(err):
+	case pgerror.ConnectionLost(err):
 		return &Error{Op: w.op, Key: w.key, Err: ErrUnavailable, Cause: err}
 	}
 	return &Error{Op: w.op, Key: w.key, Cause: err}
@@ -697,11 +697,11 @@ func (l *Locker) release(ctx context.Context, sess session, key Key, shared bool
 // it (another Locker, a txlock transaction).
 func heldIn(ctx context.Context, l *Locker, key Key, shared bool) bool {
 	tag := tagOf(key)
-	if _, ok := holds.Conflict(ctx, l.b.handle(), []holds.Tag{tag}, shared); ok {
+	if _, ok := heldkeys.Conflict(ctx, l.b.handle(), []heldkeys.Tag{tag}, shared); ok {
 		return true
 	}
 	own := false
-	holds.Each(ctx, func(h *holds.Hold) bool {
+	heldkeys.Each(ctx, func(h *heldkeys.Hold) bool {
 		own = h.Owner == l && slices.Contains(h.Tags, tag)
 		return !own
 	})
@@ -709,7 +709,7 @@ func heldIn(ctx context.Context, l *Locker, key Key, shared bool) bool {
 }
 
 // tagOf is k's identity in pg_locks.
-func tagOf(k Key) holds.Tag {
+func tagOf(k Key) heldkeys.Tag {
 	c, o, s := k.Locktag()
-	return holds.Tag{ClassID: c, ObjID: o, ObjSubID: s}
+	return heldkeys.Tag{ClassID: c, ObjID: o, ObjSubID: s}
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/observetest"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/observe"
 )
 

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/holds"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/heldkeys"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // WithMultiplexing lets session locks share connections: up to conns
@@ -92,7 +92,7 @@ type muxConn struct {
 
 	// guarded by m.mu
 	state  connState
-	keys   map[holds.Tag]struct{} // held, or being tried, on this backend
+	keys   map[heldkeys.Tag]struct{} // held, or being tried, on this backend
 	locks  map[*Lock]struct{}
 	busy   int   // statements waiting for sem or running
 	cause  error // why it died
@@ -103,9 +103,9 @@ type muxConn struct {
 
 func newMux(l *Locker, max int) *mux { return &mux{l: l, max: max} }
 
-func (m *mux) newConn(sess session, tag holds.Tag) *muxConn {
+func (m *mux) newConn(sess session, tag heldkeys.Tag) *muxConn {
 	return &muxConn{m: m, sess: sess, sem: make(chan struct{}, 1),
-		keys: map[holds.Tag]struct{}{tag: {}}, locks: map[*Lock]struct{}{}}
+		keys: map[heldkeys.Tag]struct{}{tag: {}}, locks: map[*Lock]struct{}{}}
 }
 
 // pick places a try-once of tag (see placement): on the connection of the
@@ -116,7 +116,7 @@ func (m *mux) newConn(sess session, tag holds.Tag) *muxConn {
 // changed is closed), and takes one of its own only when none is: "no
 // connection of the set can take this key yet" is not "every connection
 // carries it".
-func (m *mux) pick(tag holds.Tag) (best *muxConn, p placement, changed <-chan struct{}) {
+func (m *mux) pick(tag heldkeys.Tag) (best *muxConn, p placement, changed <-chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, c := range m.conns {
@@ -163,7 +163,7 @@ func (m *mux) openFailed() {
 
 // join adds sess, taken from the pool after pick said open, to the set
 // with tag reserved on it.
-func (m *mux) join(sess session, tag holds.Tag) *muxConn {
+func (m *mux) join(sess session, tag heldkeys.Tag) *muxConn {
 	c := m.newConn(sess, tag)
 	c.busy = 1
 	m.mu.Lock()
@@ -209,7 +209,7 @@ func (m *mux) removeLocked(c *muxConn) {
 // done ends one statement's use of c: tag is no longer carried for it
 // (unless lk, granted, now holds it), and a connection left with no lock
 // and no statement goes back to the pool.
-func (m *mux) done(c *muxConn, tag holds.Tag, lk *Lock) {
+func (m *mux) done(c *muxConn, tag heldkeys.Tag, lk *Lock) {
 	m.mu.Lock()
 	c.busy--
 	if lk != nil {
@@ -291,7 +291,7 @@ func (m *mux) try(ctx context.Context, key Key, shared bool, w *waitBound) (_ *L
 
 // errSetBusy: a try-once's wait ran out behind other statements on the
 // connection of the shared set it was placed on.
-var errSetBusy = errs.New(ErrConnTimeout, "advisory: timed out waiting for a connection of the shared set: it was busy with other statements")
+var errSetBusy = errkind.New(ErrConnTimeout, "advisory: timed out waiting for a connection of the shared set: it was busy with other statements")
 
 // tryLock runs the try-once on c, whose statement slot the caller holds
 // and releases here.
@@ -310,7 +310,7 @@ func (c *muxConn) tryLock(ctx context.Context, key Key, shared bool, w *waitBoun
 	var granted bool
 	err := c.sess.queryRow(dctx, end, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
 	switch {
-	case err != nil && pgerr.Code(err) != "" && !pgerr.ConnectionLost(err) && time.Now().Before(end):
+	case err != nil && pgerror.Code(err) != "" && !pgerror.ConnectionLost(err) && time.Now().Before(end):
 		// The server refused the statement (out of shared memory for
 		// locks, say): nothing granted, the connection is sound.
 		<-c.sem
@@ -319,7 +319,7 @@ func (c *muxConn) tryLock(ctx context.Context, key Key, shared bool, w *waitBoun
 	case err != nil:
 		c.fail(err)
 		<-c.sem
-		if w.out() && !pgerr.ConnectionLost(err) {
+		if w.out() && !pgerror.ConnectionLost(err) {
 			return nil, w.timeout(err)
 		}
 		return nil, &Error{Op: w.op, Key: key, Err: ErrUnavailable, Cause: err}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/internal/keynames"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // WithKeyNames records the text of each key made by [KeyOf] or [KeyText],
@@ -47,13 +47,13 @@ func (n *keyNames) record(ctx context.Context, sess session, key Key, end time.T
 	var count int64
 	args := []any{key.v, key.text}
 	err := sess.queryRow(ctx, end, keynames.Insert, args, &count)
-	if pgerr.Code(err) == "42P01" { // undefined_table: create it, once
+	if pgerror.Code(err) == "42P01" { // undefined_table: create it, once
 		// Another process may create it at the same moment (23505 on
 		// pg_type): the insert decides.
 		sess.exec(ctx, end, keynames.DDL)
 		err = sess.queryRow(ctx, end, keynames.Insert, args, &count)
 	}
-	if err != nil && pgerr.Code(err) != "" && !pgerr.ConnectionLost(err) {
+	if err != nil && pgerror.Code(err) != "" && !pgerror.ConnectionLost(err) {
 		// The server refused (privilege, read-only): stop trying.
 		if n.off.CompareAndSwap(false, true) {
 			log.Warn("sqlock advisory: cannot record key names; WithKeyNames is off for this Locker",

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/pgerr"
-	"github.com/sqlock/sqlock/pghash"
+	"github.com/sqlock/sqlock/hash"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // verify runs the server probe once per Locker; a refusal is remembered, a
@@ -44,8 +44,8 @@ func (l *Locker) verify(ctx context.Context) error {
 	return err
 }
 
-// probeText is hashed by the server and by package pghash; they must agree.
-const probeText = "sqlock advisory probe: hashtext vs pghash.Text"
+// probeText is hashed by the server and by package hash; they must agree.
+const probeText = "sqlock advisory probe: hashtext vs hash.Text"
 
 const probeGUC = "sqlock.probe"
 
@@ -66,10 +66,10 @@ func unsupported(format string, args ...any) error {
 // statement vanished, because a pooler moved the session; an engine that
 // does not speak this SQL at all).
 func probeFailed(ctx context.Context, err error) error {
-	if ctx.Err() != nil || pgerr.ConnectionLost(err) {
+	if ctx.Err() != nil || pgerror.ConnectionLost(err) {
 		return err
 	}
-	if code := pgerr.Code(err); code == pgerr.InvalidStatementName {
+	if code := pgerror.Code(err); code == pgerror.InvalidStatementName {
 		return unsupported("a prepared statement vanished between statements on one connection (a pooler in transaction mode?): %w", err)
 	}
 	return unsupported("the server failed the PostgreSQL advisory-lock probe: %w", err)
@@ -86,7 +86,7 @@ func (e connWaitError) Unwrap() error { return e.err }
 //
 //  1. version() is PostgreSQL, not CockroachDB (whose advisory-lock
 //     functions are no-op stubs or transaction-scoped only);
-//  2. hashtext and hashtextextended give what package pghash gives, so
+//  2. hashtext and hashtextextended give what package hash gives, so
 //     KeyText and KeyOf name the same locks as SQL calling them;
 //  3. a connection keeps one server session: a session setting made on
 //     connection A is still there on A's later statements, with the same
@@ -121,11 +121,11 @@ func probe(ctx context.Context, b backend, observeRTT func(time.Duration)) error
 	if strings.Contains(version, "CockroachDB") {
 		return unsupported("CockroachDB's session advisory-lock functions do not lock (%s)", version)
 	}
-	if want := pghash.Text(probeText); h32 != want {
-		return unsupported("server hashtext(%q) = %d, package pghash gives %d: the server hashes differently", probeText, h32, want)
+	if want := hash.Text(probeText); h32 != want {
+		return unsupported("server hashtext(%q) = %d, package hash gives %d: the server hashes differently", probeText, h32, want)
 	}
-	if want := pghash.TextExtended(probeText, 0); h64 != want {
-		return unsupported("server hashtextextended(%q, 0) = %d, package pghash gives %d: the server hashes differently",
+	if want := hash.TextExtended(probeText, 0); h64 != want {
+		return unsupported("server hashtextextended(%q, 0) = %d, package hash gives %d: the server hashes differently",
 			probeText, h64, want)
 	}
 	sameSession := func() error {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 // muteDialer dials connections whose writes it swallows while muted: the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/gormplugin"
-	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/versioned"

@@ -17,8 +17,8 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlock/sqlock/gormplugin"
-	"github.com/sqlock/sqlock/internal/mariatest"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -38,7 +38,7 @@ var backends = []backend{
 }
 
 // openMariaDB opens a database of its own on the test binary's MariaDB
-// (internal/mariatest) through gorm.io/driver/mysql, with the driver's
+// (internal/testing/mariatest) through gorm.io/driver/mysql, with the driver's
 // default DSN (no clientFoundRows) plus parseTime for time columns.
 func openMariaDB(t testing.TB, opts ...gormplugin.Option) *gorm.DB {
 	t.Helper()

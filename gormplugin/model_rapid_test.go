@@ -25,7 +25,7 @@ package gormplugin_test
 //
 // SQLOCK_MODEL_OPS sets how many writes a run makes in all (default 10,000,
 // 3/10 of them on SQLite; make fuzz can ask for more), and 2/10 more on
-// MariaDB (internal/mariatest), which draws every kind but the upserts
+// MariaDB (internal/testing/mariatest), which draws every kind but the upserts
 // MySQL refuses. A failure prints
 // rapid's minimal sequence and a seed to replay it:
 //

@@ -9,11 +9,11 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/gormplugin"
-	"github.com/sqlock/sqlock/internal/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
 	"github.com/sqlock/sqlock/versioned"
 )
 
-// The tests in this file run on a real MariaDB (internal/mariatest)
+// The tests in this file run on a real MariaDB (internal/testing/mariatest)
 // through gorm.io/driver/mysql; the backend-parameterised tests (the write
 // matrix, features, fences) run there too, as "mariadb".
 

@@ -8,7 +8,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -26,7 +26,7 @@ import (
 // gorm.ErrRecordNotFound. A NULL version reads as 0.
 func Resync(db *gorm.DB, value any) error {
 	if db == nil {
-		return errs.New(sqlock.ErrNilHandle, "gormplugin: resync: nil *gorm.DB")
+		return errkind.New(sqlock.ErrNilHandle, "gormplugin: resync: nil *gorm.DB")
 	}
 	rv := reflect.ValueOf(value)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // DoTx is [Do] in a transaction DoTx begins on db and commits: it runs fn
@@ -51,11 +51,11 @@ func DoTx[T, Tx any, DB interface {
 		return zero, err
 	}
 	if fn == nil {
-		return zero, errs.New(sqlock.ErrNilHandle, "idem: nil function")
+		return zero, errkind.New(sqlock.ErrNilHandle, "idem: nil function")
 	}
 	open := opener(db)
 	if open == nil {
-		return zero, errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
+		return zero, errkind.New(sqlock.ErrNilHandle, "idem: nil database handle")
 	}
 	if err := checkTxType[Tx](db); err != nil {
 		return zero, err
@@ -105,7 +105,7 @@ func checkTxType[Tx any](db any) error {
 		_, ok = any(&tx).(*pgx.Tx)
 	}
 	if !ok {
-		return errs.New(sqlock.ErrUnsupported, "idem: DoTx on a %T gives fn a %s, not a %v", db, txTypeOf(db), want)
+		return errkind.New(sqlock.ErrUnsupported, "idem: DoTx on a %T gives fn a %s, not a %v", db, txTypeOf(db), want)
 	}
 	return nil
 }

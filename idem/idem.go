@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 var (
@@ -96,7 +96,7 @@ func Do[T any](ctx context.Context, tx any, scope, key string, fingerprint []byt
 		return zero, err
 	}
 	if fn == nil {
-		return zero, errs.New(sqlock.ErrNilHandle, "idem: nil function")
+		return zero, errkind.New(sqlock.ErrNilHandle, "idem: nil function")
 	}
 	conn, err := newTxConn(tx)
 	if err != nil {

@@ -12,8 +12,8 @@ import (
 	_ "github.com/lib/pq"
 
 	"github.com/sqlock/sqlock/idem"
-	"github.com/sqlock/sqlock/internal/leakcheck"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/leakcheck"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 // childEnv makes the test binary a worker process (see child_test.go).

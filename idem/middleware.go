@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lockedtx"
 )
 
@@ -70,7 +70,7 @@ func Middleware[DB Handle](db DB, opts ...Option) (func(http.Handler) http.Handl
 	}
 	m := &middleware{cfg: c, st: buildStatements(c.table), open: opener(db)}
 	if m.open == nil {
-		return nil, errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
+		return nil, errkind.New(sqlock.ErrNilHandle, "idem: nil database handle")
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/lease"
 )
 
@@ -68,7 +68,7 @@ func buildConfig(opts []Option) (config, error) {
 type Option func(*config) error
 
 func invalid(format string, args ...any) error {
-	return errs.New(sqlock.ErrInvalidOption, "idem: "+format, args...)
+	return errkind.New(sqlock.ErrInvalidOption, "idem: "+format, args...)
 }
 
 // WithTable names the keys table (all): an identifier, optionally qualified

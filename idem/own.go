@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock/internal/lockedtx"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // The transactions idem begins and ends itself ([DoTx], [Middleware]):
@@ -105,7 +105,7 @@ func queueRecorded(st statements, k keyOf, row *claimRow) func(*pgx.Batch) {
 // answeredAhead reports whether err, BEGIN's, is the failure of
 // st.recorded after it returned the key's result into row.
 func answeredAhead(err error, row *claimRow) bool {
-	return row.found && pgerr.Code(err) == pgerr.DivisionByZero
+	return row.found && pgerror.Code(err) == pgerror.DivisionByZero
 }
 
 // claimQueue queues the one-statement claim that fails as errBusy when
@@ -238,7 +238,7 @@ func openSQL(ctx context.Context, db interface {
 // Otherwise the server's answer (a refused store skips the COMMIT) or a
 // failure before COMMIT left says that nothing committed.
 func commitOutcome(err error) error {
-	if err != nil && pgerr.CommitAmbiguous(err) {
+	if err != nil && pgerror.CommitAmbiguous(err) {
 		return &lockedtx.AmbiguousCommitError{Err: err}
 	}
 	return err

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/lease"
 )
 
@@ -77,7 +77,7 @@ func RunPhases[DB Handle](ctx context.Context, db DB, leases *lease.Manager, sco
 	}
 	begin := beginner(db)
 	if begin == nil || leases == nil {
-		return nil, errs.New(sqlock.ErrNilHandle, "idem: nil database handle or lease manager")
+		return nil, errkind.New(sqlock.ErrNilHandle, "idem: nil database handle or lease manager")
 	}
 	k := keyOf{scope: scope, key: key, fingerprint: fingerprint}
 	if err := k.check(); err != nil {
@@ -140,7 +140,7 @@ func checkPhases(phases []Phase) error {
 	seen := map[string]bool{}
 	for _, p := range phases {
 		if p.Run == nil {
-			return errs.New(sqlock.ErrNilHandle, "idem: phase %q has no Run function", p.Name)
+			return errkind.New(sqlock.ErrNilHandle, "idem: phase %q has no Run function", p.Name)
 		}
 		if p.Name == "" || seen[p.Name] {
 			return invalid("phase names must be non-empty and unique (%q)", p.Name)

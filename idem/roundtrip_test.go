@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sqlock/sqlock/idem"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 // TestReplayIsOneRoundTrip: on pgx (statements cached after a warm-up), a

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // Handle is a database pool: database/sql (pgx's stdlib driver, lib/pq) or
@@ -104,7 +104,7 @@ func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
 			return wrapDB("migrate", err)
 		}
 	}
-	return errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
+	return errkind.New(sqlock.ErrNilHandle, "idem: nil database handle")
 }
 
 // wrapDB says which step a database error came from, and names the cure
@@ -113,7 +113,7 @@ func wrapDB(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("idem: %s: %w", op, pgerr.PoolerPrepared(err))
+	return fmt.Errorf("idem: %s: %w", op, pgerror.PoolerPrepared(err))
 }
 
 // statements are the statements of one table.

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // Sweep deletes the keys whose retention ([WithRetention]) has run out, in
@@ -56,7 +56,7 @@ SELECT count(*), (extract(epoch FROM clock_timestamp() - statement_timestamp()) 
 		}
 	}
 	if exec == nil {
-		return 0, errs.New(sqlock.ErrNilHandle, "idem: nil database handle")
+		return 0, errkind.New(sqlock.ErrNilHandle, "idem: nil database handle")
 	}
 	var total int64
 	for {

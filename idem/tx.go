@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // txConn runs statements in the caller's transaction, whichever driver it
@@ -35,10 +35,10 @@ func newTxConn(tx any) (txConn, error) {
 			return pgxTx{t}, nil
 		}
 	default:
-		return nil, errs.New(sqlock.ErrUnsupported,
+		return nil, errkind.New(sqlock.ErrUnsupported,
 			"idem: a %T is not a transaction idem can use: pass a *sql.Tx (sqlx: tx.Tx; GORM: db.Statement.ConnPool.(*sql.Tx)) or a pgx.Tx", tx)
 	}
-	return nil, errs.New(sqlock.ErrNilHandle, "idem: nil transaction")
+	return nil, errkind.New(sqlock.ErrNilHandle, "idem: nil transaction")
 }
 
 // isNilPointer catches a typed nil inside the pgx.Tx interface (a nil

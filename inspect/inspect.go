@@ -15,9 +15,9 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/hash"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/keynames"
-	"github.com/sqlock/sqlock/pghash"
 )
 
 // ErrPrivilege: the role may not see other roles' sessions — it is neither
@@ -144,11 +144,11 @@ func WithNames(names ...string) Option {
 	return func(c *config) error {
 		for _, n := range names {
 			if n == "" {
-				return errs.New(sqlock.ErrInvalidOption, "inspect: WithNames: empty name")
+				return errkind.New(sqlock.ErrInvalidOption, "inspect: WithNames: empty name")
 			}
-			c.names[pghash.TextExtended(n, 0)] = n
-			if _, ok := c.names[int64(pghash.Text(n))]; !ok {
-				c.names[int64(pghash.Text(n))] = n
+			c.names[hash.TextExtended(n, 0)] = n
+			if _, ok := c.names[int64(hash.Text(n))]; !ok {
+				c.names[int64(hash.Text(n))] = n
 			}
 		}
 		return nil
@@ -188,7 +188,7 @@ func leaseTableIdent(table string) (string, error) {
 		ok = ok && validIdent(parts[0])
 	}
 	if !ok {
-		return "", errs.New(sqlock.ErrInvalidOption, "inspect: lease table %q: want [schema.]table of letters, digits and underscores, as lease.WithTable takes", table)
+		return "", errkind.New(sqlock.ErrInvalidOption, "inspect: lease table %q: want [schema.]table of letters, digits and underscores, as lease.WithTable takes", table)
 	}
 	return pgx.Identifier(parts).Sanitize(), nil
 }
@@ -224,7 +224,7 @@ func Take(ctx context.Context, q Queryer, opts ...Option) (*Snapshot, error) {
 		}
 	}
 	if q == nil {
-		return nil, errs.New(sqlock.ErrNilHandle, "inspect: nil Queryer")
+		return nil, errkind.New(sqlock.ErrNilHandle, "inspect: nil Queryer")
 	}
 	srv, err := probe(ctx, q, c.leaseTable)
 	if err != nil {
@@ -236,7 +236,7 @@ func Take(ctx context.Context, q Queryer, opts ...Option) (*Snapshot, error) {
 		return nil, err
 	}
 	if hidden > 0 && !srv.canSeeAll {
-		return nil, errs.New(ErrPrivilege,
+		return nil, errkind.New(ErrPrivilege,
 			"inspect: %d advisory lock(s) belong to sessions role %q may not see: "+
 				"it is neither a superuser nor a member of pg_read_all_stats (GRANT pg_read_all_stats TO %s)",
 			hidden, srv.user, pgx.Identifier{srv.user}.Sanitize())
@@ -277,12 +277,12 @@ func probe(ctx context.Context, q Queryer, leaseTable string) (server, error) {
 	}
 	if err != nil {
 		if isDriverSyntaxOrMissing(err) {
-			return s, errs.New(sqlock.ErrUnsupported, "inspect: the server does not look like PostgreSQL 9.6 or later: %v", err)
+			return s, errkind.New(sqlock.ErrUnsupported, "inspect: the server does not look like PostgreSQL 9.6 or later: %v", err)
 		}
 		return s, fmt.Errorf("inspect: %w", err)
 	}
 	if !strings.HasPrefix(version, "PostgreSQL ") || strings.Contains(version, "CockroachDB") || s.version < 90600 {
-		return s, errs.New(sqlock.ErrUnsupported, "inspect: not PostgreSQL 9.6 or later: %q", version)
+		return s, errkind.New(sqlock.ErrUnsupported, "inspect: not PostgreSQL 9.6 or later: %q", version)
 	}
 	return s, nil
 }
@@ -417,9 +417,9 @@ func resolve(classid, objid int64, objsubid int32, name string, names map[int64]
 	for _, n := range []string{name, names[v]} {
 		switch {
 		case n == "":
-		case pghash.TextExtended(n, 0) == v:
+		case hash.TextExtended(n, 0) == v:
 			return advisory.KeyOf(n), n
-		case int64(pghash.Text(n)) == v:
+		case int64(hash.Text(n)) == v:
 			return advisory.KeyText(n), n
 		}
 	}

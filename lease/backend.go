@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // Handle is the database handle a Manager runs on: a database/sql pool
@@ -69,12 +69,12 @@ func (b sqlBackend) queryRow(ctx context.Context, query string, args []any, dest
 	if errors.Is(err, sql.ErrNoRows) {
 		return errNoRows
 	}
-	return pgerr.PoolerPrepared(err)
+	return pgerror.PoolerPrepared(err)
 }
 
 func (b sqlBackend) exec(ctx context.Context, query string) error {
 	_, err := b.db.ExecContext(ctx, query)
-	return pgerr.PoolerPrepared(err)
+	return pgerror.PoolerPrepared(err)
 }
 
 // pgxConner is a driver connection with the *pgx.Conn underneath (pgx's
@@ -121,7 +121,7 @@ func (b pgxBackend) queryRow(ctx context.Context, query string, args []any, dest
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errNoRows
 	}
-	return pgerr.PoolerPrepared(err)
+	return pgerror.PoolerPrepared(err)
 }
 
 func (b pgxBackend) exec(ctx context.Context, query string) error {
@@ -129,7 +129,7 @@ func (b pgxBackend) exec(ctx context.Context, query string) error {
 	if neverSent(ctx, err) {
 		_, err = b.p.Exec(ctx, query)
 	}
-	return pgerr.PoolerPrepared(err)
+	return pgerror.PoolerPrepared(err)
 }
 
 // neverSent reports whether err says the statement never reached the

@@ -6,7 +6,7 @@ import (
 	"errors"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lockedtx"
 )
 
@@ -27,10 +27,10 @@ func (l *Lease) BeginGuarded(ctx context.Context, db interface {
 	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
 }, opts *sql.TxOptions) (*sql.Tx, error) {
 	if l == nil {
-		return nil, &Error{Op: "guard", Cause: errs.New(sqlock.ErrNilHandle, "lease: nil lease")}
+		return nil, &Error{Op: "guard", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil lease")}
 	}
 	if isNilDB(db) {
-		return nil, &Error{Op: "guard", Name: l.name, Cause: errs.New(sqlock.ErrNilHandle, "lease: nil database handle")}
+		return nil, &Error{Op: "guard", Name: l.name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")}
 	}
 	if err := l.localGuardError(); err != nil {
 		return nil, err

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqlock/sqlock/internal/exclusiontest"
+	"github.com/sqlock/sqlock/internal/testing/exclusiontest"
 	"github.com/sqlock/sqlock/lease"
 )
 

@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/hold"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // Errors. Every error this package returns is an *Error matching one of
@@ -19,15 +19,15 @@ import (
 // lock backend's do.
 var (
 	// ErrNotAcquired: TryAcquire found the lease held by someone else.
-	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "lease: held by someone else")
+	ErrNotAcquired = errkind.New(sqlock.ErrNotAcquired, "lease: held by someone else")
 	// ErrTimeout: Acquire waited for its whole bound (WithTimeout, or the
 	// context's deadline, which then — and only then — also matches
 	// context.DeadlineExceeded) and the lease stayed held.
-	ErrTimeout = errs.New(sqlock.ErrTimeout, "lease: timed out waiting for the lease")
+	ErrTimeout = errkind.New(sqlock.ErrTimeout, "lease: timed out waiting for the lease")
 	// ErrLost: the lease can no longer be trusted — it was not renewed in
 	// time, the server no longer has it as this holder's, or it reached
 	// its maximum hold time. Guard refuses with it.
-	ErrLost = errs.New(sqlock.ErrLost, "lease: lost")
+	ErrLost = errkind.New(sqlock.ErrLost, "lease: lost")
 	// ErrNotHeld: Release or Guard of a lease that was already released,
 	// or a Release the server refused because the lease had expired or
 	// been taken over (then nothing changed).
@@ -99,7 +99,7 @@ func quoteName(s string) string {
 // again: the statement itself is wrong for this database (the table was
 // dropped, a privilege revoked, a constraint broken).
 func permanent(err error) bool {
-	switch code := pgerr.Code(err); {
+	switch code := pgerror.Code(err); {
 	case len(code) < 2:
 		return false
 	default:
@@ -116,7 +116,7 @@ func permanent(err error) bool {
 // when the caller's deadline, not WithTimeout, ended it — and a
 // cancellation is the context's cause.
 func ctxError(op, name string, ctx context.Context) error {
-	if timedOut, cause := hold.WaitEnd(ctx); timedOut {
+	if timedOut, cause := ttllock.WaitEnd(ctx); timedOut {
 		return &Error{Op: op, Name: name, Err: ErrTimeout, Cause: cause}
 	}
 	return &Error{Op: op, Name: name, Cause: context.Cause(ctx)}

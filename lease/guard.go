@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // sqlTx is a database/sql transaction, or a wrapper that runs its queries
@@ -36,23 +36,23 @@ type sqlTx interface {
 // fail with a serialization error.
 func (l *Lease) Guard(ctx context.Context, tx any) error {
 	if l == nil {
-		return &Error{Op: "guard", Cause: errs.New(sqlock.ErrNilHandle, "lease: nil lease")}
+		return &Error{Op: "guard", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil lease")}
 	}
 	var run func(dest *int64) error
 	args := []any{l.name, l.owner}
 	switch t := tx.(type) {
 	case nil:
-		return &Error{Op: "guard", Name: l.name, Cause: errs.New(sqlock.ErrNilHandle, "lease: nil transaction")}
+		return &Error{Op: "guard", Name: l.name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil transaction")}
 	case *sql.DB, *sql.Conn:
 		return &Error{Op: "guard", Name: l.name,
-			Cause: errs.New(sqlock.ErrUnsupported, "lease: Guard needs a transaction, not a %T", tx)}
+			Cause: errkind.New(sqlock.ErrUnsupported, "lease: Guard needs a transaction, not a %T", tx)}
 	case pgx.Tx:
 		run = func(dest *int64) error { return t.QueryRow(ctx, l.m.stmt.guard, args...).Scan(dest) }
 	case sqlTx:
 		run = func(dest *int64) error { return t.QueryRowContext(ctx, l.m.stmt.guard, args...).Scan(dest) }
 	default:
 		return &Error{Op: "guard", Name: l.name,
-			Cause: errs.New(sqlock.ErrUnsupported, "lease: Guard cannot run in a %T", tx)}
+			Cause: errkind.New(sqlock.ErrUnsupported, "lease: Guard cannot run in a %T", tx)}
 	}
 	if err := l.localGuardError(); err != nil {
 		return err
@@ -66,12 +66,12 @@ func (l *Lease) guardResult(err error) error {
 	if err == nil {
 		return nil
 	}
-	if pgerr.Code(err) == pgerr.InvalidTextRepr && strings.Contains(err.Error(), guardMarker) {
+	if pgerror.Code(err) == pgerror.InvalidTextRepr && strings.Contains(err.Error(), guardMarker) {
 		l.h.MarkLost(errors.New("a guard found the lease no longer this holder's on the server"))
 		return &Error{Op: "guard", Name: l.name, Err: ErrLost,
 			Cause: errors.New("the server no longer has the lease as this holder's (expired or taken over); the transaction is aborted")}
 	}
-	return &Error{Op: "guard", Name: l.name, Cause: pgerr.PoolerPrepared(err)}
+	return &Error{Op: "guard", Name: l.name, Cause: pgerror.PoolerPrepared(err)}
 }
 
 // QueueGuard queues the check of [Lease.Guard] in b, a pgx batch to be

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -29,7 +29,7 @@ type Lease struct {
 	name  string
 	owner string
 	token int64
-	h     hold.Hold // the local deadline, the renewals, the loss
+	h     ttllock.Hold // the local deadline, the renewals, the loss
 }
 
 // newLease reports and arms a lease granted by a request sent at sent, in
@@ -37,7 +37,7 @@ type Lease struct {
 // lease is released first).
 func (m *Manager) newLease(ctx context.Context, name, owner string, token int64, ttl time.Duration, began, sent time.Time) *Lease {
 	l := &Lease{m: m, name: name, owner: owner, token: token}
-	l.h.Start(ctx, (*backendOf)(l), hold.Spec{
+	l.h.Start(ctx, (*backendOf)(l), ttllock.Spec{
 		TTL: ttl, Margin: ttl / marginDivisor, MarginName: "safety margin", MaxHold: m.cfg.maxHold,
 		RetryMin: retryMin, RetryMax: retryMax,
 		Observer: m.cfg.obs, Event: observe.Event{Source: "lease", Name: name},
@@ -132,7 +132,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return &Error{Op: "release", Err: ErrNotHeld, Cause: errors.New("nil lease")}
 	}
 	err := l.h.Release(ctx)
-	if err == hold.ErrReleased {
+	if err == ttllock.ErrReleased {
 		return &Error{Op: "release", Name: l.name, Err: ErrNotHeld, Cause: err}
 	}
 	return err

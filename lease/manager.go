@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lazytimer"
+	"github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -72,7 +72,7 @@ func New[DB Handle](db DB, opts ...Option) *Manager {
 	}
 	m.b = newBackend(db)
 	if m.b == nil {
-		m.err = &Error{Op: "new", Cause: errs.New(sqlock.ErrNilHandle, "lease: nil database handle")}
+		m.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")}
 		return m
 	}
 	m.stmt = buildStatements(m.cfg.table)
@@ -109,7 +109,7 @@ func (m *Manager) observed(ctx context.Context, op, name string, ttl time.Durati
 	}
 	start := time.Now()
 	l, err := m.acquire(ctx, op, name, ttl, wait, start)
-	hold.ObserveFailure(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
+	ttllock.ObserveFailure(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
 	return l, err
 }
 
@@ -117,7 +117,7 @@ func (m *Manager) observed(ctx context.Context, op, name string, ttl time.Durati
 // observed wait).
 func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool, began time.Time) (*Lease, error) {
 	if m == nil {
-		return nil, &Error{Op: op, Name: name, Cause: errs.New(sqlock.ErrNilHandle, "lease: nil Manager")}
+		return nil, &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil Manager")}
 	}
 	if m.err != nil {
 		return nil, m.err
@@ -126,9 +126,9 @@ func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duratio
 		return nil, &Error{Op: op, Name: name, Err: ErrInvalid, Cause: err}
 	}
 	if ctx == nil {
-		return nil, &Error{Op: op, Name: name, Cause: errs.New(sqlock.ErrNilHandle, "lease: nil context")}
+		return nil, &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil context")}
 	}
-	ctx, cancel := hold.BoundWait(ctx, m.cfg.timeout)
+	ctx, cancel := ttllock.BoundWait(ctx, m.cfg.timeout)
 	defer cancel()
 	if m.ttlTooShort(ttl) != nil {
 		m.remeasure(ctx)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
 	"github.com/sqlock/sqlock/lease"
 	"github.com/sqlock/sqlock/observe"
 )

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -52,7 +52,7 @@ func WithTable(name string) Option {
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return errs.New(sqlock.ErrInvalidOption, "lease: timeout %v must be positive", d)
+			return errkind.New(sqlock.ErrInvalidOption, "lease: timeout %v must be positive", d)
 		}
 		c.timeout = d
 		return nil
@@ -69,7 +69,7 @@ func WithTimeout(d time.Duration) Option {
 func WithPolling(interval time.Duration) Option {
 	return func(c *config) error {
 		if interval <= 0 {
-			return errs.New(sqlock.ErrInvalidOption, "lease: polling interval %v must be positive", interval)
+			return errkind.New(sqlock.ErrInvalidOption, "lease: polling interval %v must be positive", interval)
 		}
 		c.poll = interval
 		return nil
@@ -82,7 +82,7 @@ func WithPolling(interval time.Duration) Option {
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return errs.New(sqlock.ErrInvalidOption, "lease: maximum hold %v must be positive", d)
+			return errkind.New(sqlock.ErrInvalidOption, "lease: maximum hold %v must be positive", d)
 		}
 		c.maxHold = d
 		return nil

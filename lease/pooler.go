@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // errPooled: the listener's connection does not keep one server session, as
@@ -87,7 +87,7 @@ func probeSession(ctx context.Context, c querier, b backend) error {
 // a server that fails these plain statements (a prepared statement a pooler
 // lost, SQLSTATE 26000) cannot be trusted to keep a LISTEN either.
 func probeFailed(ctx context.Context, err error) error {
-	if ctx.Err() != nil || pgerr.ConnectionLost(err) {
+	if ctx.Err() != nil || pgerror.ConnectionLost(err) {
 		return err
 	}
 	return fmt.Errorf("%w: the session probe failed: %w", errPooled, err)

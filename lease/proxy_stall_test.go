@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/lease"
 )
 
@@ -50,7 +50,7 @@ func renewedPast(t *testing.T, conn *pgx.Conn, l *lease.Lease, expiry time.Time)
 // third of the TTL after the last one was sent, which the lease's Deadline
 // tells), so a renewal waits in the stalled network each time; after the
 // stall the TTL leaves it 1.7 s to land. (At which phase of the renewal
-// timer a stall may fall is internal/hold's timer logic, under synctest.)
+// timer a stall may fall is internal/ttllock's timer logic, under synctest.)
 func TestRenewalThroughAProxyRidesOutStallsShorterThanAThirdOfTheTTL(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)

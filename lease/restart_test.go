@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/lease"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // tableName is a validated, possibly schema-qualified table name.
@@ -29,7 +29,7 @@ func parseTable(s string) (tableName, error) {
 	}
 	if !identRE.MatchString(t.name) || len(t.name)+len(seqSuffix) > 63 ||
 		(t.schema != "" && (!identRE.MatchString(t.schema) || len(t.schema) > 63)) {
-		return t, errs.New(sqlock.ErrInvalidOption,
+		return t, errkind.New(sqlock.ErrInvalidOption,
 			"lease: table name %q: want [schema.]table of letters, digits and underscores (table ≤ %d bytes)", s, 63-len(seqSuffix))
 	}
 	return t, nil
@@ -93,7 +93,7 @@ func Migrate[DB Handle](ctx context.Context, db DB, opts ...Option) error {
 	}
 	b := newBackend(db)
 	if b == nil {
-		return &Error{Op: "migrate", Cause: errs.New(sqlock.ErrNilHandle, "lease: nil database handle")}
+		return &Error{Op: "migrate", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")}
 	}
 	q := fmt.Sprintf("SELECT pg_catalog.pg_advisory_xact_lock(%d);\n", int64(migrateLock)) + ddl(c.table)
 	if err := b.exec(ctx, q); err != nil {
@@ -120,7 +120,7 @@ const vanishedRetries = 3
 // row it saw was deleted before it could take it over (nothing changed; a
 // new snapshot will not see that row).
 func vanished(err error) bool {
-	return pgerr.Code(err) == pgerr.InvalidTextRepr && strings.Contains(err.Error(), vanishedMarker)
+	return pgerror.Code(err) == pgerror.InvalidTextRepr && strings.Contains(err.Error(), vanishedMarker)
 }
 
 // statements are the four statements of a Manager, built once for its

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/lease"
 )
 
@@ -48,7 +48,7 @@ func renewalBlocked(t testing.TB, conn *pgx.Conn) bool {
 // on the server, so its length follows the renewal timer, not a clock of
 // the test's; the TTL leaves the renewal 1.7 s after its stall to land.
 // (That renewals come every TTL/3 and are retried while the lease is
-// trusted is internal/hold's timer logic, tested under synctest.)
+// trusted is internal/ttllock's timer logic, tested under synctest.)
 func TestRenewalRidesOutAStallShorterThanAThirdOfTheTTL(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/observetest"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/lease"
 	"github.com/sqlock/sqlock/observe"
 )

@@ -62,8 +62,13 @@ func (o Outcome) String() string {
 
 // Event is one observation. Fields that do not apply to a Kind are zero.
 type Event struct {
-	Kind    Kind
-	Source  string // the reporting package: "advisory", "txlock", "versioned", "retry", …
+	Kind   Kind
+	Source string // the reporting package: "advisory", "txlock", "versioned", "retry", …
+	// System is the store the event is about, spelt as OpenTelemetry's
+	// db.system.name spells it ("postgresql", "mariadb", "mysql", "redis",
+	// "etcd", "aws.dynamodb"), or "" where the reporter cannot know it (retry
+	// wraps any function). Exporters read it instead of guessing from Source.
+	System  string
 	Key     int64  // the lock key, for lock events
 	Name    string // the text Key was made from, where the reporter knows it (advisory.KeyOf)
 	Shared  bool   // a shared (read) lock

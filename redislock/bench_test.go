@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sqlock/sqlock/internal/pgtest"
-	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 
@@ -131,7 +131,7 @@ func BenchmarkRedlockAcquire(b *testing.B) {
 }
 
 // BenchmarkRedlockAcquireOverNetwork: the same with every server behind a
-// proxy that delays each direction (internal/pgtest's, which forwards
+// proxy that delays each direction (internal/testing/pgtest's, which forwards
 // bytes, so Redis's protocol as well as PostgreSQL's): a 0.5 ms round trip,
 // and one of 0.5–0.7 ms (jitter), where what the ratio shows is whether
 // Redlock's five commands travel in parallel. It also reports a PING's

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/exclusiontest"
+	"github.com/sqlock/sqlock/internal/testing/exclusiontest"
 	"github.com/sqlock/sqlock/redislock"
 	"github.com/sqlock/sqlock/versioned"
 )

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	ihold "github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/errkind"
+	ihold "github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // Errors. Every error this package returns is an *Error matching one of
@@ -17,15 +17,15 @@ import (
 // sqlock's of the same name, as every lock backend's do.
 var (
 	// ErrNotAcquired: TryAcquire found the lock held by someone else.
-	ErrNotAcquired = errs.New(sqlock.ErrNotAcquired, "redislock: held by someone else")
+	ErrNotAcquired = errkind.New(sqlock.ErrNotAcquired, "redislock: held by someone else")
 	// ErrTimeout: Acquire waited for its whole bound (WithTimeout, or the
 	// context's deadline, which then — and only then — also matches
 	// context.DeadlineExceeded) without getting the lock.
-	ErrTimeout = errs.New(sqlock.ErrTimeout, "redislock: timed out waiting for the lock")
+	ErrTimeout = errkind.New(sqlock.ErrTimeout, "redislock: timed out waiting for the lock")
 	// ErrLost: the lock can no longer be trusted — no renewal was
 	// confirmed before its local deadline, or the server (a majority, for
 	// Redlock) no longer has it as this holder's.
-	ErrLost = errs.New(sqlock.ErrLost, "redislock: lost")
+	ErrLost = errkind.New(sqlock.ErrLost, "redislock: lost")
 	// ErrNotHeld: Release of a lock that was already released, or that the
 	// server (a majority) no longer had as this holder's; nothing changed.
 	ErrNotHeld = errors.New("redislock: not held")

@@ -10,8 +10,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/sqlock/sqlock/internal/pgtest"
-	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	ihold "github.com/sqlock/sqlock/internal/hold"
 	"github.com/sqlock/sqlock/internal/lazytimer"
+	ihold "github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -34,7 +34,7 @@ type servers interface {
 }
 
 // hold is a held lock's state: its local deadline, the renewals, the loss
-// (package internal/hold), on servers. The exported methods are promoted
+// (package internal/ttllock), on servers. The exported methods are promoted
 // to *Lock and *RedlockLock.
 type hold struct {
 	srv servers
@@ -56,7 +56,7 @@ func (h *hold) start(ctx context.Context, srv servers, key string, ttl time.Dura
 	}, began, sent)
 }
 
-// holdBackend is a hold seen by package internal/hold.
+// holdBackend is a hold seen by package internal/ttllock.
 type holdBackend hold
 
 func (b *holdBackend) Renew(ctx context.Context) (refused bool, err error) {

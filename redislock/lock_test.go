@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 
@@ -89,7 +89,7 @@ func TestAcquireWaitsForTheHolder(t *testing.T) {
 // by someone else learns it at its next renewal: Lost fires, Err and the
 // Context's cause match ErrLost, and Release changes nothing (ErrNotHeld).
 // The test waits for Lost itself (go test -timeout bounds it); when it
-// fires relative to the TTL is internal/hold's synctest
+// fires relative to the TTL is internal/ttllock's synctest
 // TestRefusedRenewalIsLostAtOnce.
 func TestLostWhenTheKeyIsTakenOver(t *testing.T) {
 	leakCheck(t)

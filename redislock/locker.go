@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	ihold "github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lazytimer"
+	ihold "github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // MinTTL is the shortest TTL a lock may have: below it the drift allowance
@@ -129,7 +129,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	case lk.err != nil:
 		lk.err = &Error{Op: "new", Cause: lk.err}
 	case isNil(client):
-		lk.err = &Error{Op: "new", Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil client")}
+		lk.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil client")}
 	}
 	return lk
 }
@@ -167,7 +167,7 @@ func (lk *Locker) observed(ctx context.Context, op, key string, ttl time.Duratio
 // observed wait).
 func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool, began time.Time) (*Lock, error) {
 	if lk == nil {
-		return nil, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil Locker")}
+		return nil, &Error{Op: op, Key: key, Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil Locker")}
 	}
 	if lk.err != nil {
 		return nil, lk.err
@@ -227,7 +227,7 @@ func check(ctx context.Context, op, key string, ttl time.Duration) (time.Duratio
 		return 0, &Error{Op: op, Key: key, Err: ErrInvalid,
 			Cause: fmt.Errorf("TTL %v is shorter than %v (drift allowance %v)", ttl, MinTTL, drift(ttl))}
 	case ctx == nil:
-		return 0, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil context")}
+		return 0, &Error{Op: op, Key: key, Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil context")}
 	}
 	return ttl, nil
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/observetest"
-	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
+	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/redislock"
 )

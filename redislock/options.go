@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	ihold "github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/errkind"
+	ihold "github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -28,7 +28,7 @@ type Option func(*config) error
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return errs.New(sqlock.ErrInvalidOption, "redislock: timeout %v must be positive", d)
+			return errkind.New(sqlock.ErrInvalidOption, "redislock: timeout %v must be positive", d)
 		}
 		c.timeout = d
 		return nil

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/exclusiontest"
-	"github.com/sqlock/sqlock/internal/pgtest"
-	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/internal/testing/exclusiontest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 

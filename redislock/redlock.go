@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
-	ihold "github.com/sqlock/sqlock/internal/hold"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lazytimer"
+	ihold "github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // Redlock takes locks on a majority of N independent Redis servers (the
@@ -45,13 +45,13 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 		return r
 	}
 	if n := len(clients); n < 3 || n%2 == 0 {
-		r.err = &Error{Op: "new", Cause: errs.New(sqlock.ErrInvalidOption,
+		r.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrInvalidOption,
 			"redislock: Redlock needs an odd number of servers, at least 3, not %d", n)}
 		return r
 	}
 	for i, c := range clients {
 		if isNil(c) {
-			r.err = &Error{Op: "new", Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil client %d", i)}
+			r.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil client %d", i)}
 			return r
 		}
 	}
@@ -95,7 +95,7 @@ func (r *Redlock) observed(ctx context.Context, op, key string, ttl time.Duratio
 // observed wait).
 func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool, began time.Time) (*RedlockLock, error) {
 	if r == nil {
-		return nil, &Error{Op: op, Key: key, Cause: errs.New(sqlock.ErrNilHandle, "redislock: nil Redlock")}
+		return nil, &Error{Op: op, Key: key, Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil Redlock")}
 	}
 	if r.err != nil {
 		return nil, r.err

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 
@@ -168,7 +168,7 @@ func waitForRenewal(l *redislock.RedlockLock, was time.Time) {
 // ErrNoQuorum, and Acquire runs out with ErrTimeout that also matches
 // ErrNoQuorum. The test waits for Lost itself; that it fires exactly at
 // the deadline (TTL less the drift allowance after the last confirmed
-// renewal) is internal/hold's synctest
+// renewal) is internal/ttllock's synctest
 // TestLostAtTheTrustWindowsEndWhenNoRenewalIsConfirmed, against a fake,
 // where time is exact.
 func TestRedlockFailsTypedWithThreeOfFiveServersDown(t *testing.T) {

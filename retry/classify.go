@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 
-	"github.com/sqlock/sqlock/internal/myerr"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/mysqlerror"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // SQLSTATE codes the default classification knows.
 const (
-	CodeSerializationFailure = pgerr.SerializationFailure // "40001"
-	CodeDeadlockDetected     = pgerr.DeadlockDetected     // "40P01"
-	CodeLockNotAvailable     = pgerr.LockNotAvailable     // "55P03"
+	CodeSerializationFailure = pgerror.SerializationFailure // "40001"
+	CodeDeadlockDetected     = pgerror.DeadlockDetected     // "40P01"
+	CodeLockNotAvailable     = pgerror.LockNotAvailable     // "55P03"
 )
 
 // Classifier decides whether err is worth another attempt, and names the
@@ -37,10 +37,10 @@ func Default(err error) (bool, string) {
 	case CodeSerializationFailure, CodeDeadlockDetected:
 		return true, code
 	}
-	switch n, _, _ := myerr.Number(err); n {
-	case myerr.LockDeadlock:
+	switch n, _, _ := mysqlerror.Number(err); n {
+	case mysqlerror.LockDeadlock:
 		return true, CodeSerializationFailure
-	case myerr.CheckRead:
+	case mysqlerror.CheckRead:
 		return true, "mysql:1020"
 	}
 	return false, ""
@@ -52,10 +52,10 @@ func Default(err error) (bool, string) {
 // its shape: package retry imports no MySQL driver), or "" when there is
 // none.
 func SQLState(err error) string {
-	if code := pgerr.Code(err); code != "" {
+	if code := pgerror.Code(err); code != "" {
 		return code
 	}
-	_, code, _ := myerr.Number(err)
+	_, code, _ := mysqlerror.Number(err)
 	return code
 }
 

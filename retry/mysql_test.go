@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
 	"github.com/sqlock/sqlock/retry"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
 )
 
 // TestInvalidOptionsRunNothing: a zero or negative limit, or a negative

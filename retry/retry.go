@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sqlock/sqlock/internal/myerr"
+	"github.com/sqlock/sqlock/internal/mysqlerror"
 	"math/rand/v2"
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -161,12 +161,12 @@ func invalid(format string, args ...any) Option {
 }
 
 // errNilFunc is the error for a nil function: nothing to run.
-var errNilFunc = errs.New(sqlock.ErrNilHandle, "retry: nil function")
+var errNilFunc = errkind.New(sqlock.ErrNilHandle, "retry: nil function")
 
 // invalidErr is the error of an invalid option: it matches
 // sqlock.ErrInvalidOption.
 func invalidErr(format string, args ...any) error {
-	return errs.New(sqlock.ErrInvalidOption, "retry: invalid option: "+format, args...)
+	return errkind.New(sqlock.ErrInvalidOption, "retry: invalid option: "+format, args...)
 }
 
 // WithMaxAttempts limits the number of attempts, the first included
@@ -252,7 +252,7 @@ func RetryIf(pred Classifier) Option {
 // retried function runs the whole transaction.
 func RetryLockTimeout() Option {
 	return RetryIf(func(err error) (bool, string) {
-		if n, _, _ := myerr.Number(err); n == myerr.LockWaitTimeout {
+		if n, _, _ := mysqlerror.Number(err); n == mysqlerror.LockWaitTimeout {
 			return true, "mysql:1205"
 		}
 		return SQLState(err) == CodeLockNotAvailable, CodeLockNotAvailable

@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
 	"github.com/sqlock/sqlock/observe"
 )
 

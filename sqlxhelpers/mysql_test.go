@@ -10,13 +10,13 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/sqlxhelpers"
 	"github.com/sqlock/sqlock/versioned"
 )
 
-// The tests in this file run on a real MariaDB (internal/mariatest)
+// The tests in this file run on a real MariaDB (internal/testing/mariatest)
 // through go-sql-driver/mysql ("mysql": ? placeholders, `backquotes`).
 
 func openMySQL(t *testing.T, ddl ...string) *sqlx.DB {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/jmoiron/sqlx/reflectx"
-	"github.com/sqlock/sqlock/internal/modeltest"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/modeltest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/sqlxhelpers"
 	"github.com/sqlock/sqlock/versioned"
 	"pgregory.net/rapid"

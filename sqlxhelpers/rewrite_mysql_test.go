@@ -7,7 +7,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
 )
 
 var mySpec = Spec{VersionColumn: "version", VersionParam: "version", BindType: sqlx.QUESTION, MySQL: true}

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/pgerr"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/txlock"
 )
 
@@ -120,7 +120,7 @@ func TestVanishedStatementsArePreparedAgain(t *testing.T) {
 		err := do()
 		switch {
 		case err == nil:
-		case pgerr.Code(err) == pgerr.InvalidStatementName && failed == 0 && ran == 0:
+		case pgerror.Code(err) == pgerror.InvalidStatementName && failed == 0 && ran == 0:
 			failed++
 		default:
 			t.Fatalf("after DEALLOCATE ALL: %v (%d failed before, fn ran %d times)", err, failed, ran)

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/contention"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
+	"github.com/sqlock/sqlock/internal/tools/contention"
 	"github.com/sqlock/sqlock/txlock"
 )
 
@@ -56,7 +56,7 @@ func withParam(dsn, kv string) string {
 // blocks of ten rounds, so that txlock's own cost (locked vs hand, locked vs floor) and the cost
 // of one more statement or round trip on the machine at hand can be told
 // apart. make bench-report runs it over loopback and through a proxy that
-// adds network latency (internal/benchreport).
+// adds network latency (internal/tools/benchreport).
 func BenchmarkUncontended(b *testing.B) {
 	db := pgtest.New(b)
 	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n bigint NOT NULL)")
@@ -289,7 +289,7 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // BenchmarkHotKey: 32 workers increment one row by read-then-write (the
-// contention driver, internal/contention), under txlock (the lock folded
+// contention driver, internal/tools/contention), under txlock (the lock folded
 // into BEGIN, then a plain SELECT), under SELECT … FOR UPDATE (the
 // database's native way) and under the hand-written lock (the lock as a
 // statement of its own), rotating the mode order each iteration; one

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // otherEngine refuses, before anything is sent, a handle whose database/sql
@@ -42,6 +42,6 @@ func otherEngine(db DB) error {
 	default:
 		return nil
 	}
-	return errs.New(sqlock.ErrUnsupported,
+	return errkind.New(sqlock.ErrUnsupported,
 		"txlock: transaction advisory locks need PostgreSQL; this handle's driver (%s) serves %s, which has none", t.PkgPath(), engine)
 }

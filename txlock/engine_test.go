@@ -11,7 +11,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
 	"github.com/sqlock/sqlock/txlock"
 )
 

@@ -17,8 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/mariatest"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/txlock"
 )
 

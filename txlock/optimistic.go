@@ -6,7 +6,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lockedtx"
 )
 
@@ -40,7 +40,7 @@ type HotKeys struct{ h lockedtx.HotKeys }
 func WithHotKeys(h *HotKeys) Option {
 	return func(c *lockedtx.Config) {
 		if h == nil {
-			c.Fail(errs.New(sqlock.ErrInvalidOption, "txlock: WithHotKeys: nil *HotKeys"))
+			c.Fail(errkind.New(sqlock.ErrInvalidOption, "txlock: WithHotKeys: nil *HotKeys"))
 			return
 		}
 		c.Hot = &h.h

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
@@ -42,7 +42,7 @@ func AlsoLock(keys ...advisory.Key) Option {
 func WithTimeout(d time.Duration) Option {
 	return func(c *lockedtx.Config) {
 		if d <= 0 {
-			c.Fail(errs.New(sqlock.ErrInvalidOption, "txlock: WithTimeout: timeout %v must be positive", d))
+			c.Fail(errkind.New(sqlock.ErrInvalidOption, "txlock: WithTimeout: timeout %v must be positive", d))
 			return
 		}
 		c.Timeout = d

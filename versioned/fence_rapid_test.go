@@ -9,7 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/versioned"
 )
 

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/versioned"
 )
 
-// The tests in this file run on a real MariaDB (internal/mariatest), with
+// The tests in this file run on a real MariaDB (internal/testing/mariatest), with
 // go-sql-driver/mysql's default DSN unless they say otherwise.
 
 const myItemsSchema = `CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, status VARCHAR(20) NULL, version BIGINT NOT NULL DEFAULT 1, fence BIGINT NULL) ENGINE=InnoDB`

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlock/sqlock/internal/mariatest"
-	"github.com/sqlock/sqlock/internal/observetest"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/mariatest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"

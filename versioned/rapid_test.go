@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	_ "github.com/glebarez/go-sqlite"
-	"github.com/sqlock/sqlock/internal/modeltest"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/modeltest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/versioned"
 	"pgregory.net/rapid"

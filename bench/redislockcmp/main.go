@@ -43,7 +43,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sqlock/sqlock/internal/redistest"
+	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 

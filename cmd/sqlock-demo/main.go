@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"strings"
 
-	"github.com/sqlock/sqlock/internal/demo"
+	"github.com/sqlock/sqlock/internal/tools/demo"
 )
 
 func main() {

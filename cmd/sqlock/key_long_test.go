@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/pgtest"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 // sqlock key prints the key SQL's hashtextextended gives and advisory.KeyOf

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/observetest"
+	"github.com/sqlock/sqlock/internal/testing/observetest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/retry"
 )

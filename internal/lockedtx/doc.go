@@ -23,7 +23,7 @@
 //	           deadline and the connection's estimates) and the statements
 //	           carrying it.
 //	errors.go  the errors txlock exports (COMMIT errors are read by
-//	           internal/pgerr).
+//	           internal/pgerror).
 //	hot.go     for txlock.DoOptimistic (Config.Unlocked): the counts of each
 //	           key's running attempts, locked and lock-free, that decide
 //	           whether a new call's first attempt runs unlocked.

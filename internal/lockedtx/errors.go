@@ -9,7 +9,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // The sentinels package txlock exports (txlock.ErrTimeout is ErrTimeout,
@@ -17,17 +17,17 @@ import (
 // Each one that has a counterpart in package advisory matches it too, so
 // errors.Is(err, advisory.ErrTimeout) holds for a txlock timeout.
 var (
-	ErrTimeout         = errs.New(advisory.ErrTimeout, "txlock: timed out waiting for an advisory lock")
-	ErrNotAcquired     = errs.New(advisory.ErrNotAcquired, "txlock: advisory lock held elsewhere")
-	ErrAlreadyHeld     = errs.New(advisory.ErrAlreadyHeld, "txlock: advisory lock held by an enclosing transaction")
+	ErrTimeout         = errkind.New(advisory.ErrTimeout, "txlock: timed out waiting for an advisory lock")
+	ErrNotAcquired     = errkind.New(advisory.ErrNotAcquired, "txlock: advisory lock held elsewhere")
+	ErrAlreadyHeld     = errkind.New(advisory.ErrAlreadyHeld, "txlock: advisory lock held by an enclosing transaction")
 	ErrAmbiguousCommit = errors.New("txlock: outcome of COMMIT unknown")
 )
 
 // Errors for input refused before anything reaches the database; they
 // match sqlock.ErrNilHandle.
 var (
-	ErrNilDB   = errs.New(sqlock.ErrNilHandle, "txlock: nil database handle")
-	ErrNilFunc = errs.New(sqlock.ErrNilHandle, "txlock: nil function")
+	ErrNilDB   = errkind.New(sqlock.ErrNilHandle, "txlock: nil database handle")
+	ErrNilFunc = errkind.New(sqlock.ErrNilHandle, "txlock: nil function")
 )
 
 // LockError reports that the advisory locks were not taken, so the

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/pgerror"
 )
 
 // BEGIN folding: the locks travel with BEGIN, so that a locked
@@ -328,7 +328,7 @@ func prepareBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
 // keep binding the missing name, and every later batch would fail the same
 // way. The next batch prepares them again.
 func forgetVanished(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, err error) {
-	if pgerr.Code(err) != pgerr.InvalidStatementName || conn.IsClosed() {
+	if pgerror.Code(err) != pgerror.InvalidStatementName || conn.IsClosed() {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/holds"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/heldkeys"
 )
 
 // notAcquiredMarker is the text of the error a try-once statement raises
@@ -33,10 +33,10 @@ type plan struct {
 	keys    []advisory.Key // canonical order, no duplicates
 	shared  bool
 	tryOnce bool
-	timeout time.Duration // 0 (TryOnce): no lock_timeout
-	lockSQL string        // lockText's, once built
-	queries []lockQuery   // the lock statements with bind arguments
-	tags    []holds.Tag   // the keys' pg_locks identities, in keys' order
+	timeout time.Duration  // 0 (TryOnce): no lock_timeout
+	lockSQL string         // lockText's, once built
+	queries []lockQuery    // the lock statements with bind arguments
+	tags    []heldkeys.Tag // the keys' pg_locks identities, in keys' order
 }
 
 // lockQuery is one lock statement with its bind arguments.
@@ -68,10 +68,10 @@ func newPlan(key advisory.Key, c *Config) (*plan, error) {
 		p.timeout = c.Timeout
 	}
 	p.queries = p.lockQueries()
-	p.tags = make([]holds.Tag, len(keys))
+	p.tags = make([]heldkeys.Tag, len(keys))
 	for i, k := range keys {
 		c, o, s := k.Locktag()
-		p.tags[i] = holds.Tag{ClassID: c, ObjID: o, ObjSubID: s}
+		p.tags[i] = heldkeys.Tag{ClassID: c, ObjID: o, ObjSubID: s}
 	}
 	return p, nil
 }
@@ -224,7 +224,7 @@ func pgxModes(o pgx.TxOptions) (iso, access, deferrable string, err error) {
 	case string(pgx.ReadUncommitted):
 		iso = "READ UNCOMMITTED"
 	default:
-		return "", "", "", errs.New(sqlock.ErrInvalidOption, "txlock: WithPgxTxOptions: unknown isolation level %q", o.IsoLevel)
+		return "", "", "", errkind.New(sqlock.ErrInvalidOption, "txlock: WithPgxTxOptions: unknown isolation level %q", o.IsoLevel)
 	}
 	switch strings.ToLower(string(o.AccessMode)) {
 	case "":
@@ -233,7 +233,7 @@ func pgxModes(o pgx.TxOptions) (iso, access, deferrable string, err error) {
 	case string(pgx.ReadOnly):
 		access = "READ ONLY"
 	default:
-		return "", "", "", errs.New(sqlock.ErrInvalidOption, "txlock: WithPgxTxOptions: unknown access mode %q", o.AccessMode)
+		return "", "", "", errkind.New(sqlock.ErrInvalidOption, "txlock: WithPgxTxOptions: unknown access mode %q", o.AccessMode)
 	}
 	switch strings.ToLower(string(o.DeferrableMode)) {
 	case "":
@@ -242,7 +242,7 @@ func pgxModes(o pgx.TxOptions) (iso, access, deferrable string, err error) {
 	case string(pgx.NotDeferrable):
 		deferrable = "NOT DEFERRABLE"
 	default:
-		return "", "", "", errs.New(sqlock.ErrInvalidOption, "txlock: WithPgxTxOptions: unknown deferrable mode %q", o.DeferrableMode)
+		return "", "", "", errkind.New(sqlock.ErrInvalidOption, "txlock: WithPgxTxOptions: unknown deferrable mode %q", o.DeferrableMode)
 	}
 	return iso, access, deferrable, nil
 }

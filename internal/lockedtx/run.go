@@ -11,9 +11,9 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
-	"github.com/sqlock/sqlock/internal/errs"
-	"github.com/sqlock/sqlock/internal/holds"
-	"github.com/sqlock/sqlock/internal/pgerr"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/heldkeys"
+	"github.com/sqlock/sqlock/internal/pgerror"
 	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -69,7 +69,7 @@ type BeginFunc[T any] func(ctx context.Context, a *Attempt) (v T, tx Tx, folded 
 // the lock statements or from fn's, is returned as the error that names
 // its cure.
 func Run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts []O) error {
-	return pgerr.PoolerPrepared(run(ctx, db, key, begin, fn, opts))
+	return pgerror.PoolerPrepared(run(ctx, db, key, begin, fn, opts))
 }
 
 func run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key, begin BeginFunc[T], fn func(context.Context, T) error, opts []O) error {
@@ -87,10 +87,10 @@ func run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key,
 	if err != nil {
 		return err
 	}
-	if tag, held := holds.Conflict(ctx, db, p.tags, p.shared); held {
+	if tag, held := heldkeys.Conflict(ctx, db, p.tags, p.shared); held {
 		return fmt.Errorf("txlock: key %s: %w", p.keys[slices.Index(p.tags, tag)], ErrAlreadyHeld)
 	}
-	r := &runner[T]{cfg: &cfg, plan: p, hold: holds.Hold{Handle: db, Tags: p.tags, Shared: p.shared}, begin: begin, fn: fn}
+	r := &runner[T]{cfg: &cfg, plan: p, hold: heldkeys.Hold{Handle: db, Tags: p.tags, Shared: p.shared}, begin: begin, fn: fn}
 	policy := cfg.retryPolicy()
 	if policy == nil {
 		return r.attempt(ctx, 1)
@@ -121,7 +121,7 @@ func run[T any, O ~func(*Config)](ctx context.Context, db any, key advisory.Key,
 // errUnlockedOption is the refusal of an option that makes no sense when
 // the first attempt is unlocked (txlock.DoOptimistic).
 func errUnlockedOption(name, why string) error {
-	return errs.New(sqlock.ErrInvalidOption, "txlock: DoOptimistic: %s %s", name, why)
+	return errkind.New(sqlock.ErrInvalidOption, "txlock: DoOptimistic: %s %s", name, why)
 }
 
 // checkUnlocked refuses the options an unlocked first attempt cannot
@@ -131,7 +131,7 @@ func errUnlockedOption(name, why string) error {
 func (c *Config) checkUnlocked() error {
 	switch {
 	case c.Unlocked == nil && c.Hot != nil:
-		return errs.New(sqlock.ErrInvalidOption, "txlock: WithHotKeys: only DoOptimistic's first attempts can queue when a key is hot")
+		return errkind.New(sqlock.ErrInvalidOption, "txlock: WithHotKeys: only DoOptimistic's first attempts can queue when a key is hot")
 	case c.Unlocked == nil:
 		return nil
 	case c.NoRetry:
@@ -148,7 +148,7 @@ func (c *Config) checkUnlocked() error {
 type runner[T any] struct {
 	cfg   *Config
 	plan  *plan
-	hold  holds.Hold
+	hold  heldkeys.Hold
 	begin BeginFunc[T]
 	fn    func(context.Context, T) error
 }
@@ -226,7 +226,7 @@ func (r *runner[T]) run(ctx context.Context, a *Attempt, tx Tx, v T, wait time.D
 	}()
 	r.cfg.observe(ctx, r.plan, observe.Event{Kind: observe.LockAcquire, Outcome: observe.Acquired, Attempt: a.n, Wait: wait})
 	h := r.hold // a copy of its own for this attempt
-	err := r.fn(holds.With(ctx, &h), v)
+	err := r.fn(heldkeys.With(ctx, &h), v)
 	returned = true
 	if err == nil {
 		err = ctx.Err()
@@ -253,7 +253,7 @@ func (r *runner[T]) commit(t *txContext, a *Attempt, tx Tx, locked time.Time) er
 	if err == nil {
 		a.released(locked, ended)
 	}
-	if err != nil && pgerr.CommitAmbiguous(err) {
+	if err != nil && pgerror.CommitAmbiguous(err) {
 		err = &AmbiguousCommitError{Err: err}
 	}
 	r.released(a, locked, err)
@@ -311,8 +311,8 @@ func rollback(ctx context.Context, tx Tx) {
 func (r *runner[T]) lockFailed(a *Attempt, start time.Time, err error) error {
 	p, ctx := r.plan, a.ctx
 	wait := time.Since(start)
-	code := pgerr.Code(err)
-	if cerr := ctx.Err(); cerr != nil && (isContextErr(err) || code == pgerr.QueryCanceled) {
+	code := pgerror.Code(err)
+	if cerr := ctx.Err(); cerr != nil && (isContextErr(err) || code == pgerror.QueryCanceled) {
 		// The caller's context ended the wait: say so, whatever the
 		// driver made of it (the transaction's context reports Canceled
 		// for a deadline; lib/pq reports the cancel request's 57014).
@@ -321,7 +321,7 @@ func (r *runner[T]) lockFailed(a *Attempt, start time.Time, err error) error {
 	ev := observe.Event{Kind: observe.LockAcquire, Attempt: a.n, Wait: wait, Err: err}
 	switch {
 	case p.tryOnce && (errors.Is(err, errHeldElsewhere) ||
-		code == pgerr.InvalidTextRepr && strings.Contains(err.Error(), notAcquiredMarker)):
+		code == pgerror.InvalidTextRepr && strings.Contains(err.Error(), notAcquiredMarker)):
 		ev.Outcome = observe.Busy
 		err = &LockError{Keys: p.keys, Shared: p.shared, TryOnce: true, Wait: wait}
 	case errors.Is(err, errNoTime) || err == context.DeadlineExceeded:
@@ -330,10 +330,10 @@ func (r *runner[T]) lockFailed(a *Attempt, start time.Time, err error) error {
 		// answer): the typed timeout, as advisory answers the same.
 		ev.Outcome = observe.Timeout
 		err = &LockError{Keys: p.keys, Shared: p.shared, Wait: wait, ByDeadline: true}
-	case code == pgerr.LockNotAvailable:
+	case code == pgerror.LockNotAvailable:
 		ev.Outcome = observe.Timeout
 		err = &LockError{Keys: p.keys, Shared: p.shared, Timeout: a.timeout, Wait: wait, Err: err, ByDeadline: a.byDeadline}
-	case code == pgerr.DeadlockDetected:
+	case code == pgerror.DeadlockDetected:
 		ev.Outcome = observe.Deadlock
 	case ctx.Err() != nil || isContextErr(err):
 		ev.Outcome = observe.Canceled

@@ -104,7 +104,7 @@ const (
 // every waiter gives up early, which costs successes (on a hot key the
 // grant goes to the oldest waiter, which is the one about to time out, so
 // nearly every grant comes with about the reserve left). Measured on a
-// 2-core machine under heavy load (internal/contention, 100 ms deadlines,
+// 2-core machine under heavy load (internal/tools/contention, 100 ms deadlines,
 // -race): the hold estimate once left 1–3% of the calls cut; twice, none,
 // but 5–15% fewer successes than hand-written code keeping 20 ms; 1.5
 // times, at most 0.6% cut and as many successes.

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 
 	"github.com/sqlock/sqlock/observe"
 )
@@ -70,7 +70,7 @@ func New(provider metric.MeterProvider, opts ...Option) (*Observer, error) {
 		}
 	}
 	if provider == nil {
-		return nil, errs.New(sqlock.ErrNilHandle, "otelobserve: nil MeterProvider")
+		return nil, errkind.New(sqlock.ErrNilHandle, "otelobserve: nil MeterProvider")
 	}
 	m := provider.Meter(ScopeName)
 	o := &Observer{}

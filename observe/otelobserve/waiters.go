@@ -9,7 +9,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/inspect"
-	"github.com/sqlock/sqlock/internal/errs"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // waitersTimeout bounds one reading of the waiters, so that a slow server
@@ -30,7 +30,7 @@ type waitersSource struct {
 func WithWaiters(q inspect.Queryer, opts ...inspect.Option) Option {
 	return func(o *options) error {
 		if q == nil {
-			return errs.New(sqlock.ErrNilHandle, "otelobserve: WithWaiters: nil Queryer")
+			return errkind.New(sqlock.ErrNilHandle, "otelobserve: WithWaiters: nil Queryer")
 		}
 		o.waiters = &waitersSource{q: q, opts: opts}
 		return nil

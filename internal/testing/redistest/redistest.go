@@ -1,0 +1,313 @@
+// Package redistest runs throwaway redis-server processes for tests and
+// benchmarks.
+//
+// [Start] starts a server on a free 127.0.0.1 port in a temporary directory,
+// without persistence (--save "" --appendonly no) unless [Options.Persist]
+// asks for an append-only file fsynced on every write. The binary is
+// redis-server on PATH or /usr/bin/redis-server (Debian's package, installed
+// by scripts/ensure-deps.sh redis-server); there is no silent skip.
+//
+// Each server is owned by a watchdog: a small shell that starts
+// redis-server as its child and reads the test binary's end of a pipe. When
+// the pipe closes — Close, normal exit, a panic, a go test timeout, SIGKILL —
+// the watchdog kills the server and removes the directory, so no
+// redis-server outlives the test binary.
+//
+// Fault levers: [Server.Kill] (SIGKILL), [Server.Stop] (SIGTERM, a clean
+// shutdown), [Server.Start] (again, on the same port and directory),
+// [Server.Restart], [Server.Pause] (SIGSTOP) and [Server.Resume] (SIGCONT).
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock/internal/testing/serverproc"
+)
+
+// ErrNoRedis is returned when no redis-server binary is found.
+var ErrNoRedis = errors.New("redistest: no redis-server: run scripts/ensure-deps.sh redis-server (apt-get install -y redis-server)")
+
+// Options tune a server started by Start.
+type Options struct {
+	// Persist turns on the append-only file with appendfsync always, so
+	// that every acknowledged write survives Kill and Restart.
+	Persist bool
+	// Cluster starts the server in Redis Cluster mode as a cluster of one
+	// node owning every hash slot, so that a [redis.ClusterClient] can
+	// use it and the server refuses a command or script whose keys are
+	// in different slots (CROSSSLOT), as a real cluster does.
+	Cluster bool
+}
+
+// Server is a redis-server owned by this process.
+type Server struct {
+	// Addr is the server's host:port.
+	Addr string
+	dir  string
+
+	proc *serverproc.Proc // the watchdog and redis-server
+}
+
+// watchdog starts redis-server, obeys "kill"/"stop"/"start" lines on stdin,
+// and on EOF (the test binary closed the pipe or died) kills the server and
+// removes the directory.
+var watchdog = serverproc.Script(`bin="$1"; dir="$2"; shift 2
+start() { "$bin" "$@" >>"$dir/redis.log" 2>&1 & pid=$!; echo "$pid"; }
+start "$@"
+while read -r cmd; do
+  case "$cmd" in
+    kill) kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; wait "$pid"; pid=; echo done ;;
+    stop) kill -CONT "$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null; wait "$pid"; pid=; echo done ;;
+    start) start "$@" ;;
+  esac
+done
+if [ -n "$pid" ]; then halt KILL 0; fi
+rm -rf "$dir"
+`)
+
+// New starts a server for tb, closed when the test ends.
+func New(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := Start(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// NewN starts n servers for tb (for Redlock), closed when the test ends.
+func NewN(tb testing.TB, n int, opts Options) []*Server {
+	tb.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = New(tb, opts)
+	}
+	return servers
+}
+
+// Start starts a server. Close stops it and removes its directory; if the
+// process dies first, the watchdog does the same — and so does the garbage
+// collector if the Server becomes unreachable (its pipe is closed): keep
+// it referenced while it is used.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	bin, err := findBinary()
+	if err != nil {
+		return nil, err
+	}
+	return serverproc.Retry(ctx, func(int) (*Server, error) { return startOnce(ctx, bin, opts) })
+}
+
+func startOnce(ctx context.Context, bin string, opts Options) (*Server, error) {
+	dir, err := serverproc.TempDir("sqlock-redis-", nil)
+	if err != nil {
+		return nil, err
+	}
+	port, err := serverproc.FreePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	args := []string{bin, dir,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		"--daemonize", "no", "--protected-mode", "no", "--save", "", "--loglevel", "warning"}
+	if opts.Persist {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	if opts.Cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
+	}
+	proc, err := serverproc.Start(dir, nil, watchdog, "redistest-watchdog", args...)
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, proc: proc}
+	err = s.waitReady(ctx)
+	if err == nil && opts.Cluster {
+		err = s.ownEverySlot(ctx)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ownEverySlot makes a server in cluster mode a cluster of one node that
+// owns every hash slot, and waits until it says the cluster is ok.
+func (s *Server) ownEverySlot(ctx context.Context) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		return fmt.Errorf("redistest: CLUSTER ADDSLOTSRANGE: %w", err)
+	}
+	return serverproc.WaitReady(ctx, 30*time.Second, 10*time.Millisecond, s.PID(), func(ctx context.Context) error {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && !strings.Contains(info, "cluster_state:ok") {
+			err = errors.New("cluster state not ok yet")
+		}
+		return err
+	})
+}
+
+// ClusterClient returns a go-redis cluster client of a server started with
+// [Options.Cluster], closed when the test ends.
+func (s *Server) ClusterClient(tb testing.TB) *redis.ClusterClient {
+	tb.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.Addr}})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitReady waits until the server answers PING.
+func (s *Server) waitReady(ctx context.Context) error {
+	err := serverproc.WaitReady(ctx, 30*time.Second, 10*time.Millisecond, s.PID(), func(ctx context.Context) error {
+		return ping(ctx, s.Addr)
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: redis-server %w; log: %s", err, serverproc.LogTail(filepath.Join(s.dir, "redis.log")))
+	}
+	return nil
+}
+
+// ping sends one PING on a connection of its own.
+func ping(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// PID is the redis-server's process id (0 while stopped).
+func (s *Server) PID() int { return s.proc.PID() }
+
+// Dir is the server's temporary directory, removed on Close.
+func (s *Server) Dir() string { return s.dir }
+
+// Client returns a go-redis client for the server, closed when the test
+// ends. configure, when not nil, may change the options first.
+func (s *Server) Client(tb testing.TB, configure func(*redis.Options)) *redis.Client {
+	tb.Helper()
+	o := &redis.Options{Addr: s.Addr}
+	if configure != nil {
+		configure(o)
+	}
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Kill ends the server with SIGKILL (a crash: without Persist, its data is
+// gone) and waits until it has exited.
+func (s *Server) Kill() error { return s.halt("kill") }
+
+// Stop ends the server with SIGTERM (a clean shutdown) and waits until it
+// has exited.
+func (s *Server) Stop() error { return s.halt("stop") }
+
+func (s *Server) halt(cmd string) error {
+	if err := s.proc.Halt(cmd, "done"); err != nil {
+		return fmt.Errorf("redistest: %w", err)
+	}
+	return nil
+}
+
+// Start starts a halted server again on the same port and directory and
+// waits until it answers.
+func (s *Server) Start(ctx context.Context) error {
+	started, err := s.proc.Resume("start")
+	if err != nil {
+		return fmt.Errorf("redistest: start: %w", err)
+	}
+	if !started {
+		return nil
+	}
+	return s.waitReady(ctx)
+}
+
+// Restart kills the server (SIGKILL) and starts it again.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.Kill(); err != nil {
+		return err
+	}
+	return s.Start(ctx)
+}
+
+// Pause stops the server with SIGSTOP: connections stay open, nothing is
+// answered, no key expires until Resume.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	if err := s.proc.Signal(sig); err != nil {
+		return fmt.Errorf("redistest: %w", err)
+	}
+	return nil
+}
+
+// Close kills the server and removes its directory, waiting until both are
+// done.
+func (s *Server) Close() error { return s.proc.Close() }
+
+// Latency measures, now, how long this machine takes for one round trip
+// to the server, scheduling included: the slowest of a few PINGs and of a
+// few 1 ms timer sleeps' overshoot. Tests scale their timing windows by it.
+// It is at least 100 µs.
+func (s *Server) Latency(tb testing.TB) time.Duration {
+	tb.Helper()
+	worst := 100 * time.Microsecond
+	for range 5 {
+		start := time.Now()
+		if err := ping(context.Background(), s.Addr); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		worst = max(worst, time.Since(start))
+		start = time.Now()
+		time.Sleep(time.Millisecond)
+		worst = max(worst, time.Since(start)-time.Millisecond)
+	}
+	return worst
+}
+
+func findBinary() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	if _, err := os.Stat("/usr/bin/redis-server"); err == nil {
+		return "/usr/bin/redis-server", nil
+	}
+	return "", ErrNoRedis
+}
