@@ -3,23 +3,29 @@
 //
 // The mechanisms live in packages of their own: [github.com/sqlock/sqlock/advisory]
 // (PostgreSQL advisory locks), [github.com/sqlock/sqlock/lease] (TTL leases
-// with fencing tokens), [github.com/sqlock/sqlock/txlock] (a transaction
-// holding advisory locks), [github.com/sqlock/sqlock/versioned] (optimistic
+// with fencing tokens), [github.com/sqlock/sqlock/redislock] (Redis locks:
+// one server with fencing tokens, or Redlock), [github.com/sqlock/sqlock/txlock]
+// (a transaction holding advisory locks), [github.com/sqlock/sqlock/idem]
+// (idempotency keys), [github.com/sqlock/sqlock/versioned] (optimistic
 // version columns), [github.com/sqlock/sqlock/retry], and the adapters
 // [github.com/sqlock/sqlock/gormplugin] and [github.com/sqlock/sqlock/sqlxhelpers].
 //
 // Every package refuses bad input before it sends anything, with an error that
 // matches one of the sentinels below through [errors.Is] and says in its text
-// which package and which argument:
+// which package and which argument; a package's own sentinel for it
+// (advisory.ErrInvalidKey, lease.ErrInvalid, redislock.ErrInvalid,
+// idem.ErrInvalidKey) matches too:
 //
-//	if errors.Is(err, sqlock.ErrInvalidOption) { … } // a zero WithTimeout, in any package
+//	if errors.Is(err, sqlock.ErrInvalidOption) { … }   // a zero WithTimeout, in any package
+//	if errors.Is(err, sqlock.ErrInvalidArgument) { … } // TryAcquire(ctx, ""), on any backend
 //
 // A held lock of any backend is a [Lock] (Release, Lost, Context, Err); one
 // that mints fencing tokens is also a [Fenced]. An [Acquirer] takes locks by
 // name, so that code written against these runs on another backend by
-// changing one constructor — advisory's (*Locker).Acquirer or lease's
-// (*Manager).Acquirer — and every backend's outcomes match [ErrNotAcquired],
-// [ErrTimeout] and [ErrLost].
+// changing one constructor — advisory's (*Locker).Acquirer, lease's
+// (*Manager).Acquirer, redislock's (*Locker).Acquirer or (*Redlock).Acquirer —
+// and every backend's outcomes match [ErrNotAcquired], [ErrTimeout] and
+// [ErrLost].
 //
 // A fencing token travels to the writes it protects in the context
 // ([WithFencingToken], [FencingToken]; a lease's Context puts it there):

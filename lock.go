@@ -6,7 +6,8 @@ import (
 )
 
 // Lock is a held lock, whichever backend took it: an advisory session lock
-// (*advisory.Lock) or a lease (*lease.Lease). Code written against Lock
+// (*advisory.Lock), a lease (*lease.Lease) or a Redis lock
+// (*redislock.Lock, *redislock.RedlockLock). Code written against Lock
 // runs unchanged when the backend changes.
 type Lock interface {
 	// Release gives the lock up. It runs even if ctx is already
@@ -29,8 +30,8 @@ type Lock interface {
 // that of every earlier holder of the same lock, which the protected data
 // can check so that a holder that lost the lock without noticing (a
 // process paused past its lease) cannot write after the next holder did.
-// *lease.Lease is Fenced; an advisory lock is not — ask with a type
-// assertion:
+// *lease.Lease and *redislock.Lock are Fenced; an advisory lock and a
+// Redlock lock are not — ask with a type assertion:
 //
 //	if f, ok := lk.(sqlock.Fenced); ok {
 //		tok := f.Token() // write it beside the data; refuse smaller ones
@@ -44,12 +45,17 @@ type Fenced interface {
 	Token() int64
 }
 
-// Acquirer takes locks by name. advisory's (*Locker).Acquirer and lease's
-// (*Manager).Acquirer adapt each backend to it, so that switching backend
+// Acquirer takes locks by name. advisory's (*Locker).Acquirer, lease's
+// (*Manager).Acquirer and redislock's (*Locker).Acquirer and
+// (*Redlock).Acquirer adapt each backend to it, so that switching backend
 // is changing one constructor:
 //
 //	var locks sqlock.Acquirer = advisory.New(db).Acquirer()
 //	var locks sqlock.Acquirer = lease.New(db).Acquirer(10 * time.Second)
+//	var locks sqlock.Acquirer = redislock.New(client).Acquirer(10 * time.Second)
+//
+// A name the backend cannot take (the empty name on every backend) is an
+// error matching [ErrInvalidArgument], with nothing sent.
 type Acquirer interface {
 	// Acquire waits for the lock called name, as long as the backend's
 	// wait bound and ctx allow; a wait that runs out is an error matching
@@ -61,7 +67,8 @@ type Acquirer interface {
 }
 
 // The outcomes every lock backend reports the same way. Each backend's own
-// sentinel (advisory.ErrTimeout, lease.ErrTimeout, txlock.ErrTimeout, …)
+// sentinel (advisory.ErrTimeout, lease.ErrTimeout, redislock.ErrTimeout,
+// txlock.ErrTimeout, …)
 // matches the shared one through [errors.Is], so code written against
 // [Acquirer] and [Lock] need not know the backend.
 var (

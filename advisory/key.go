@@ -1,15 +1,17 @@
 package advisory
 
 import (
-	"errors"
 	"strconv"
 
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/hash"
+	"github.com/sqlock/sqlock/internal/errkind"
 )
 
 // ErrInvalidKey is returned for the zero Key, or one made from an empty
 // string: a lock on "" almost always means a missing value, not a resource.
-var ErrInvalidKey = errors.New("advisory: invalid lock key (zero Key or empty string)")
+// It matches [sqlock.ErrInvalidArgument] too.
+var ErrInvalidKey = errkind.New(sqlock.ErrInvalidArgument, "advisory: invalid lock key (zero Key or empty string)")
 
 type keyKind uint8
 

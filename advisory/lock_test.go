@@ -479,16 +479,29 @@ func TestBadInput(t *testing.T) {
 	db := pgtest.New(t)
 	sdb := db.OpenSQL()
 	l := advisory.New(sdb)
-	for _, k := range []advisory.Key{{}, advisory.KeyOf(""), advisory.KeyText("")} {
-		for name, f := range map[string]func(context.Context, advisory.Key) (*advisory.Lock, error){
-			"Lock": l.Lock, "TryLock": l.TryLock, "RLock": l.RLock, "TryRLock": l.TryRLock,
-		} {
-			if _, err := f(ctx, k); !errors.Is(err, advisory.ErrInvalidKey) {
-				t.Errorf("%s(%v): %v, want ErrInvalidKey", name, k, err)
+	// A bad key is advisory's ErrInvalidKey and the shared
+	// sqlock.ErrInvalidArgument, on the plain and the multiplexed Locker.
+	invalid := func(err error) bool {
+		return errors.Is(err, advisory.ErrInvalidKey) && errors.Is(err, sqlock.ErrInvalidArgument)
+	}
+	for lname, l := range map[string]*advisory.Locker{"plain": l, "multiplexed": advisory.New(sdb, advisory.WithMultiplexing(2))} {
+		for _, k := range []advisory.Key{{}, advisory.KeyOf(""), advisory.KeyText("")} {
+			for name, f := range map[string]func(context.Context, advisory.Key) (*advisory.Lock, error){
+				"Lock": l.Lock, "TryLock": l.TryLock, "RLock": l.RLock, "TryRLock": l.TryRLock,
+			} {
+				if _, err := f(ctx, k); !invalid(err) {
+					t.Errorf("%s: %s(%v): %v, want ErrInvalidKey and sqlock.ErrInvalidArgument", lname, name, k, err)
+				}
+			}
+			if err := l.Do(ctx, k, func(context.Context) error { return nil }); !invalid(err) {
+				t.Errorf("%s: Do(%v): %v, want ErrInvalidKey and sqlock.ErrInvalidArgument", lname, k, err)
 			}
 		}
-		if err := l.Do(ctx, k, func(context.Context) error { return nil }); !errors.Is(err, advisory.ErrInvalidKey) {
-			t.Errorf("Do(%v): %v, want ErrInvalidKey", k, err)
+		a := l.Acquirer()
+		for name, f := range map[string]func(context.Context, string) (sqlock.Lock, error){"Acquire": a.Acquire, "TryAcquire": a.TryAcquire} {
+			if lk, err := f(ctx, ""); !invalid(err) || lk != nil {
+				t.Errorf("%s: Acquirer().%s(\"\"): %v, %v; want nil, ErrInvalidKey and sqlock.ErrInvalidArgument", lname, name, lk, err)
+			}
 		}
 	}
 	if err := l.Do(ctx, advisory.KeyInt(1), nil); !errors.Is(err, sqlock.ErrNilHandle) {

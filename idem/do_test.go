@@ -345,6 +345,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 			if !errors.Is(err, c.want) {
 				t.Fatalf("err = %v, want %v", err, c.want)
 			}
+			if c.want == idem.ErrInvalidKey && !errors.Is(err, sqlock.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want it to match sqlock.ErrInvalidArgument too", err)
+			}
 		})
 	}
 	if ran {

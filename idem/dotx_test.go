@@ -292,6 +292,9 @@ func TestDoTxBadInputSendsNothing(t *testing.T) {
 		if !errors.Is(c.err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
 		}
+		if c.want == idem.ErrInvalidKey && !errors.Is(c.err, sqlock.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want it to match sqlock.ErrInvalidArgument too", c.name, c.err)
+		}
 	}
 	if turns, _ := w.Counts(); turns != 0 {
 		t.Fatalf("%d round trips for refused input", turns)

@@ -20,8 +20,9 @@ var (
 	ErrKeyReused = errors.New("idem: idempotency key reused with a different request")
 
 	// ErrInvalidKey: an empty, over-long ([MaxKeyBytes]) or non-UTF-8 key
-	// or scope, or one holding a NUL byte. Nothing was sent.
-	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+	// or scope, or one holding a NUL byte. Nothing was sent. It matches
+	// [sqlock.ErrInvalidArgument] too.
+	ErrInvalidKey = errkind.New(sqlock.ErrInvalidArgument, "idem: invalid idempotency key")
 
 	// ErrPhased: [Do], [DoTx] or [Middleware] (422) found the key recorded
 	// by [RunPhases] — its phases running or done. Nothing was executed.

@@ -137,6 +137,10 @@ type config struct {
 // defaultLeaseTable is lease.DefaultTable, quoted.
 const defaultLeaseTable = `"sqlock_leases"`
 
+// badName is the kind of a bad name given through an option: an invalid
+// option and an invalid argument.
+var badName = errors.Join(sqlock.ErrInvalidOption, sqlock.ErrInvalidArgument)
+
 // WithNames resolves keys made from any of names by advisory.KeyOf or
 // advisory.KeyText, without a table: for keys whose Lockers do not record
 // names, and for locks taken by SQL (pg_advisory_lock(hashtextextended(name, 0))).
@@ -144,7 +148,7 @@ func WithNames(names ...string) Option {
 	return func(c *config) error {
 		for _, n := range names {
 			if n == "" {
-				return errkind.New(sqlock.ErrInvalidOption, "inspect: WithNames: empty name")
+				return errkind.New(badName, "inspect: WithNames: empty name")
 			}
 			c.names[hash.TextExtended(n, 0)] = n
 			if _, ok := c.names[int64(hash.Text(n))]; !ok {
@@ -188,7 +192,7 @@ func leaseTableIdent(table string) (string, error) {
 		ok = ok && validIdent(parts[0])
 	}
 	if !ok {
-		return "", errkind.New(sqlock.ErrInvalidOption, "inspect: lease table %q: want [schema.]table of letters, digits and underscores, as lease.WithTable takes", table)
+		return "", errkind.New(badName, "inspect: lease table %q: want [schema.]table of letters, digits and underscores, as lease.WithTable takes", table)
 	}
 	return pgx.Identifier(parts).Sanitize(), nil
 }

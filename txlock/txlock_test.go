@@ -105,6 +105,9 @@ func TestBadInput(t *testing.T) {
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("got %v, want %v", err, tc.err)
 			}
+			if tc.err == advisory.ErrInvalidKey && !errors.Is(err, sqlock.ErrInvalidArgument) {
+				t.Fatalf("got %v, want it to match sqlock.ErrInvalidArgument too", err)
+			}
 			if ran {
 				t.Fatal("fn ran")
 			}
