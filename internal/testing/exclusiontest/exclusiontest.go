@@ -17,14 +17,19 @@
 // knows it, and the section runs again. Before the deadline, it is an
 // overlap: someone else entered while the lock was trusted.
 //
-// The parent side is [Run]; the worker side is [Child], with the lock's
-// own acquire–section–release as its argument.
+// The witness is the table excl in PostgreSQL ([Run]), or, for a lock
+// whose test has no database, a directory of files with the same rows and
+// the same statements ([RunFiles], [Files]).
+//
+// The parent side is [Run] or [RunFiles]; the worker side is [Child], with
+// the lock's own acquire–section–release as its argument.
 package exclusiontest
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -34,8 +39,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
 // The statements of a section: $1 the section's id, $2 its token, $3 (and
@@ -86,14 +89,33 @@ const (
 	envKeys       = "EXCLUSIONTEST_KEYS"
 )
 
+// DB is the database a run's table lives in (a *pgtest.DB).
+type DB interface {
+	Exec(sql string, args ...any)
+	SQL() *sql.DB
+}
+
 // Run creates the table excl on db, runs cfg.Procs workers at once, and
 // fails t unless every process ran Goroutines × N sections with no overlap
 // and no error, and the rows' counters add up to the sections with no row
-// left held.
-func Run(t *testing.T, db *pgtest.DB, cfg Config) Summary {
+// left held. The workers' sections run the statements above.
+func Run(t *testing.T, db DB, cfg Config) Summary {
 	t.Helper()
 	db.Exec(`CREATE TABLE excl (k int PRIMARY KEY, holder text, last_token bigint NOT NULL DEFAULT 0, n bigint NOT NULL DEFAULT 0)`)
 	db.Exec(fmt.Sprintf(`INSERT INTO excl (k) SELECT generate_series(0, %d)`, cfg.Keys-1))
+	return run(t, cfg, nil, func() (int64, int, error) {
+		var counted int64
+		var held int
+		err := db.SQL().QueryRow(`SELECT sum(n), count(holder) FROM excl`).Scan(&counted, &held)
+		return counted, held, err
+	})
+}
+
+// run runs the workers with env added to each, and checks their results
+// and the witness's totals (the sections it counted, the keys it still has
+// marked held).
+func run(t *testing.T, cfg Config, env []string, totals func() (counted int64, held int, err error)) Summary {
+	t.Helper()
 	start := time.Now()
 	type result struct {
 		sections, overlaps, errs, lost int
@@ -104,6 +126,7 @@ func Run(t *testing.T, db *pgtest.DB, cfg Config) Summary {
 	for p := range cfg.Procs {
 		wg.Go(func() {
 			cmd := cfg.Worker(p)
+			cmd.Env = append(cmd.Env, env...)
 			cmd.Env = append(cmd.Env, envProc+"="+strconv.Itoa(p), envN+"="+strconv.Itoa(cfg.N),
 				envGoroutines+"="+strconv.Itoa(cfg.Goroutines), envKeys+"="+strconv.Itoa(cfg.Keys))
 			out, err := cmd.CombinedOutput()
@@ -129,13 +152,12 @@ func Run(t *testing.T, db *pgtest.DB, cfg Config) Summary {
 		}
 		sum.Sections += res.sections
 	}
-	var counted int64
-	var held int
-	if err := db.SQL().QueryRow(`SELECT sum(n), count(holder) FROM excl`).Scan(&counted, &held); err != nil {
+	counted, held, err := totals()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if counted != int64(sum.Sections) || held != 0 {
-		t.Fatalf("counters sum to %d after %d sections, %d rows still marked held", counted, sum.Sections, held)
+		t.Fatalf("counters sum to %d after %d sections, %d keys still marked held", counted, sum.Sections, held)
 	}
 	return sum
 }
