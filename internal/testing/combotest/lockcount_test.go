@@ -88,7 +88,7 @@ func sourceAdvisoryCalls(t *testing.T) map[string]bool {
 	t.Helper()
 	found := map[string]bool{}
 	for _, dir := range []string{"advisory", "internal/lockedtx", "txlock", "lease", "idem", "inspect"} {
-		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
+		files, err := filepath.Glob(filepath.Join("..", "..", "..", dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("no Go source in %s: %v", dir, err)
 		}

@@ -19,7 +19,7 @@ import (
 // `internal/tools/demo.TestPayment/gorm`.
 var testRef = regexp.MustCompile("`([a-z][a-z0-9_/]*)\\.((?:Test|Example|Fuzz|Benchmark)[A-Za-z0-9_]*)(/[^`]*)?`")
 
-const root = "../.."
+const root = "../../.."
 
 // TestEveryNamedTestExists reads every row of docs/promises.md and guide.md's
 // pitfall table and fails for each named test that no _test.go file of its
