@@ -4,6 +4,11 @@ GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # One throwaway PostgreSQL for every package's tests (internal/testing/pgtest).
 WITHPG := $(GO) run ./internal/tools/withpg
+# Every module of the workspace (go.work): the root, and the nested modules
+# that keep heavy dependencies (go-redis, OpenTelemetry, etcd, the AWS SDK)
+# out of the root module's graph. In workspace mode ./... names the root
+# module's packages only, so each module is named by its own pattern.
+PKGS := $(shell $(GO) list -m -f '{{.Dir}}' | sed -e 's|^$(CURDIR)|.|' -e 's|$$|/...|')
 FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
 FUZZ_TARGETS := ./hash:FuzzTextExtended ./internal/vmodel:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./sqlxhelpers:FuzzRewriteMySQL ./gormplugin:FuzzConditions
@@ -25,13 +30,13 @@ DEMO_DEPS := postgresql
 .PHONY: test lint deps deps-demo demo bench bench-report bench-redis fuzz
 
 test: deps lint
-	$(WITHPG) -mariadb -- $(GO) test -race -count=1 -timeout 20m ./...
+	$(WITHPG) -mariadb -- $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
 
 deps:
 	@./scripts/ensure-deps.sh $(TEST_DEPS)
@@ -43,7 +48,7 @@ demo: deps-demo
 	$(GO) run ./cmd/sqlock-demo
 
 bench: deps
-	$(WITHPG) -- $(GO) test -p 1 -run='^$$' -bench=. -benchmem -count=1 ./...
+	$(WITHPG) -- $(GO) test -p 1 -run='^$$' -bench=. -benchmem -count=1 $(PKGS)
 
 # Regenerates docs/benchmarks.md, docs/benchmarks.txt and docs/contention.svg.
 bench-report: deps

@@ -11,7 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
-	"github.com/sqlock/sqlock/internal/testing/redistest"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 

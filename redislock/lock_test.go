@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/testing/redistest"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 

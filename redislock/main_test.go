@@ -14,7 +14,7 @@ import (
 
 	"github.com/sqlock/sqlock/internal/testing/leakcheck"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
-	"github.com/sqlock/sqlock/internal/testing/redistest"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // childEnv makes the test binary a worker process (see child_test.go)

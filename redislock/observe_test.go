@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/internal/testing/observetest"
-	"github.com/sqlock/sqlock/internal/testing/redistest"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/redislock"
 )

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sqlock/sqlock/internal/testing/exclusiontest"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
-	"github.com/sqlock/sqlock/internal/testing/redistest"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
 )
 

@@ -34,8 +34,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sqlock/sqlock/internal/testing/serverproc"
 )
 
@@ -48,8 +46,7 @@ type Options struct {
 	// that every acknowledged write survives Kill and Restart.
 	Persist bool
 	// Cluster starts the server in Redis Cluster mode as a cluster of one
-	// node owning every hash slot, so that a [redis.ClusterClient] can
-	// use it and the server refuses a command or script whose keys are
+	// node owning every hash slot, so that a cluster client can use it and the server refuses a command or script whose keys are
 	// in different slots (CROSSSLOT), as a real cluster does.
 	Cluster bool
 }
@@ -153,27 +150,16 @@ func startOnce(ctx context.Context, bin string, opts Options) (*Server, error) {
 // ownEverySlot makes a server in cluster mode a cluster of one node that
 // owns every hash slot, and waits until it says the cluster is ok.
 func (s *Server) ownEverySlot(ctx context.Context) error {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
-	defer c.Close()
-	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+	if _, err := command(ctx, s.Addr, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
 		return fmt.Errorf("redistest: CLUSTER ADDSLOTSRANGE: %w", err)
 	}
 	return serverproc.WaitReady(ctx, 30*time.Second, 10*time.Millisecond, s.PID(), func(ctx context.Context) error {
-		info, err := c.ClusterInfo(ctx).Result()
+		info, err := command(ctx, s.Addr, "CLUSTER", "INFO")
 		if err == nil && !strings.Contains(info, "cluster_state:ok") {
 			err = errors.New("cluster state not ok yet")
 		}
 		return err
 	})
-}
-
-// ClusterClient returns a go-redis cluster client of a server started with
-// [Options.Cluster], closed when the test ends.
-func (s *Server) ClusterClient(tb testing.TB) *redis.ClusterClient {
-	tb.Helper()
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.Addr}})
-	tb.Cleanup(func() { c.Close() })
-	return c
 }
 
 // waitReady waits until the server answers PING.
@@ -189,24 +175,56 @@ func (s *Server) waitReady(ctx context.Context) error {
 
 // ping sends one PING on a connection of its own.
 func ping(ctx context.Context, addr string) error {
+	reply, err := command(ctx, addr, "PING")
+	if err == nil && reply != "PONG" {
+		err = fmt.Errorf("PING answered %q", reply)
+	}
+	return err
+}
+
+// command sends one command on a connection of its own and returns its
+// simple-string or bulk-string reply. The rig speaks the protocol itself,
+// rather than through go-redis, so that the root module does not depend on
+// a Redis client: only package redislock's module does.
+func command(ctx context.Context, addr string, args ...string) (string, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
-		return err
+	var req strings.Builder
+	fmt.Fprintf(&req, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	if _, err := io.WriteString(conn, req.String()); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
 	if err != nil {
-		return err
+		return "", err
 	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
+	line = strings.TrimSuffix(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "+"):
+		return line[1:], nil
+	case strings.HasPrefix(line, "-"):
+		return "", fmt.Errorf("%s: %s", args[0], line[1:])
+	case strings.HasPrefix(line, "$"):
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("%s: bad bulk reply %q", args[0], line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
 	}
-	return nil
+	return "", fmt.Errorf("%s: unexpected reply %q", args[0], line)
 }
 
 // PID is the redis-server's process id (0 while stopped).
@@ -214,19 +232,6 @@ func (s *Server) PID() int { return s.proc.PID() }
 
 // Dir is the server's temporary directory, removed on Close.
 func (s *Server) Dir() string { return s.dir }
-
-// Client returns a go-redis client for the server, closed when the test
-// ends. configure, when not nil, may change the options first.
-func (s *Server) Client(tb testing.TB, configure func(*redis.Options)) *redis.Client {
-	tb.Helper()
-	o := &redis.Options{Addr: s.Addr}
-	if configure != nil {
-		configure(o)
-	}
-	c := redis.NewClient(o)
-	tb.Cleanup(func() { c.Close() })
-	return c
-}
 
 // Kill ends the server with SIGKILL (a crash: without Persist, its data is
 // gone) and waits until it has exited.

@@ -63,8 +63,13 @@ func run(count int, workerList string, work, rounds int, out string, skipBench b
 	var benches []bench
 	if !skipBench && loopback {
 		fmt.Fprintln(os.Stderr, "running go test -bench . ./… (this takes a few minutes)")
-		cmd := exec.Command("go", "test", "-p", "1", "-run", "^$", "-bench", ".", "-benchmem",
-			"-count", strconv.Itoa(count), "-timeout", "30m", "./...")
+		patterns, err := workspacePackages()
+		if err != nil {
+			return err
+		}
+		args := append([]string{"test", "-p", "1", "-run", "^$", "-bench", ".", "-benchmem",
+			"-count", strconv.Itoa(count), "-timeout", "30m"}, patterns...)
+		cmd := exec.Command("go", args...)
 		var buf bytes.Buffer
 		cmd.Stdout = &buf
 		cmd.Stderr = os.Stderr
@@ -204,4 +209,19 @@ func machine() string {
 	}
 	return fmt.Sprintf("%d CPUs (%s), %s %s/%s, %s on a throwaway cluster over loopback TCP",
 		runtime.NumCPU(), model, runtime.Version(), runtime.GOOS, runtime.GOARCH, pg)
+}
+
+// workspacePackages names every module of the workspace by its own
+// pattern: in workspace mode ./... stops at the root module, and redislock
+// is a module of its own.
+func workspacePackages() ([]string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -m: %w", err)
+	}
+	var patterns []string
+	for _, dir := range strings.Fields(string(out)) {
+		patterns = append(patterns, dir+"/...")
+	}
+	return patterns, nil
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sqlock/sqlock/internal/testing/redistest"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 const childEnv = "REDISTEST_CHILD"
