@@ -23,8 +23,9 @@ MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesM
 # The Debian packages each command needs; scripts/ensure-deps.sh installs the
 # missing ones as root, or prints the apt-get line to run. The tests on MariaDB
 # (internal/testing/mariatest) start their own server from mariadb-server's binaries,
-# and redislock's (internal/testing/redistest) theirs from redis-server's.
-TEST_DEPS := postgresql pgbouncer mariadb-server redis-server
+# and redislock's (internal/testing/redistest) theirs from redis-server's; the
+# dynamo module's run dynalite under Debian's Node, installed with npm into a cache.
+TEST_DEPS := postgresql pgbouncer mariadb-server redis-server nodejs npm
 DEMO_DEPS := postgresql
 
 .PHONY: test lint deps deps-demo demo bench bench-report bench-redis fuzz

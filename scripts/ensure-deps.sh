@@ -6,7 +6,8 @@
 #   scripts/ensure-deps.sh postgresql pgbouncer   # make test, bench
 #
 # Known packages: postgresql (the server binaries: the tests and the demo run
-# their own throwaway cluster), pgbouncer, redis-server, mariadb-server. When
+# their own throwaway cluster), pgbouncer, redis-server, mariadb-server,
+# nodejs and npm (the dynamo module's tests run dynalite, installed by npm). When
 # everything asked for is present it does nothing: no apt call. Otherwise, as
 # root, it installs the missing ones from Debian's packages without creating
 # or starting any system cluster or service, waiting up to ten minutes for an
@@ -21,7 +22,7 @@ set -euo pipefail
 lock_timeout=600
 lock_poll=2
 
-known="postgresql pgbouncer redis-server mariadb-server"
+known="postgresql pgbouncer redis-server mariadb-server nodejs npm"
 
 # have PACKAGE succeeds when what the project uses of PACKAGE is installed;
 # it returns 2 for a package it does not know.
@@ -31,6 +32,8 @@ have() {
     pgbouncer) command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] ;;
     redis-server) command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] ;;
     mariadb-server) command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ;;
+    nodejs) command -v node >/dev/null 2>&1 ;;
+    npm) command -v npm >/dev/null 2>&1 ;;
     *) return 2 ;;
   esac
 }
