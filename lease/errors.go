@@ -15,7 +15,8 @@ import (
 // these with errors.Is, or one of the shared sentinels of package sqlock
 // (ErrNilHandle, ErrInvalidOption, ErrUnsupported), or carries the
 // database's or the context's error as its cause. ErrNotAcquired,
-// ErrTimeout and ErrLost also match sqlock's of the same name, as every
+// ErrTimeout and ErrLost also match sqlock's of the same name, and
+// ErrInvalid and ErrTTLTooShort match sqlock.ErrInvalidArgument, as every
 // lock backend's do.
 var (
 	// ErrNotAcquired: TryAcquire found the lease held by someone else.
@@ -33,17 +34,19 @@ var (
 	// been taken over (then nothing changed).
 	ErrNotHeld = errors.New("lease: not held")
 	// ErrInvalid: an empty, over-long or non-UTF-8 lease name, or a TTL
-	// under MinTTL. Nothing was sent.
-	ErrInvalid = errors.New("lease: invalid name or TTL")
-	// ErrTTLTooShort: a TTL that is valid input but shorter than 8 of the
-	// fastest round trips the Manager measured (after measuring once more):
-	// over this network a renewal every TTL/3 would have no room to be
-	// retried. Round trips were sent, nothing was written. It depends on
-	// the network, not on the call, so it matches no sentinel of package
-	// sqlock: not ErrInvalidOption (the input is valid), not ErrNotAcquired
-	// (nobody holds the lease), not ErrUnsupported (a faster round trip
-	// measured later lets the same TTL through). A longer TTL cures it.
-	ErrTTLTooShort = errors.New("lease: TTL too short for the measured round trips")
+	// under MinTTL. Nothing was sent. It matches [sqlock.ErrInvalidArgument]
+	// too.
+	ErrInvalid = errkind.New(sqlock.ErrInvalidArgument, "lease: invalid name or TTL")
+	// ErrTTLTooShort: a TTL shorter than 8 of the fastest round trips the
+	// Manager measured (after measuring once more): over this network a
+	// renewal every TTL/3 would have no room to be retried. Round trips
+	// were sent, nothing was written, and observers see the refusal. It is
+	// a TTL too short to renew, so it matches [sqlock.ErrInvalidArgument]
+	// as every backend's bad TTL does; it is not [ErrInvalid] (whose
+	// "nothing was sent" would be untrue) nor ErrInvalidOption. It depends
+	// on the network, not on the call alone: a faster round trip measured
+	// later lets the same TTL through, and a longer TTL cures it.
+	ErrTTLTooShort = errkind.New(sqlock.ErrInvalidArgument, "lease: TTL too short for the measured round trips")
 )
 
 // Error is the error type of this package.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +43,8 @@ func TestBadInputIsRefusedBeforeAnythingIsSent(t *testing.T) {
 	for _, c := range cases {
 		for _, try := range []func(context.Context, string, time.Duration) (*lease.Lease, error){m.Acquire, m.TryAcquire} {
 			l, err := try(ctx, c.name, c.ttl)
-			if l != nil || !errors.Is(err, lease.ErrInvalid) {
-				t.Errorf("name %q ttl %v: %v, want ErrInvalid", c.name, c.ttl, err)
+			if l != nil || !errors.Is(err, lease.ErrInvalid) || !errors.Is(err, sqlock.ErrInvalidArgument) {
+				t.Errorf("name %q ttl %v: %v, want ErrInvalid and sqlock.ErrInvalidArgument", c.name, c.ttl, err)
 			}
 		}
 	}
@@ -54,6 +56,63 @@ func TestBadInputIsRefusedBeforeAnythingIsSent(t *testing.T) {
 	if _, err := m.TryAcquire(ctx, strings.Repeat("x", 255), time.Second); errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("a 255-byte name was refused: %v", err)
 	}
+}
+
+// TestBadInputMatchesInvalidArgumentOnARealServer: on a live server, through
+// the Manager and through sqlock.Acquirer, every bad name and TTL is
+// lease.ErrInvalid and sqlock.ErrInvalidArgument, no lease is returned, and
+// nothing reached the table: no row, no token drawn.
+func TestBadInputMatchesInvalidArgumentOnARealServer(t *testing.T) {
+	leakCheck(t)
+	ctx := context.Background()
+	db := newDB(t)
+	forEachBackend(t, func(t *testing.T, bc backendCase) {
+		m := bc.open(t, db.DSN)
+		invalid := func(what string, l sqlock.Lock, err error) {
+			t.Helper()
+			if l != nil || !errors.Is(err, lease.ErrInvalid) || !errors.Is(err, sqlock.ErrInvalidArgument) {
+				t.Errorf("%s: %v, %v; want nil, ErrInvalid and sqlock.ErrInvalidArgument", what, l, err)
+			}
+		}
+		for _, name := range []string{"", strings.Repeat("x", 256), "bad\xff", "nul\x00"} {
+			l, err := m.TryAcquire(ctx, name, roomyTTL)
+			invalid("TryAcquire "+strconv.Quote(name), asLock(l), err)
+			l, err = m.Acquire(ctx, name, roomyTTL)
+			invalid("Acquire "+strconv.Quote(name), asLock(l), err)
+			a := m.Acquirer(roomyTTL)
+			lk, err := a.TryAcquire(ctx, name)
+			invalid("Acquirer().TryAcquire "+strconv.Quote(name), lk, err)
+			lk, err = a.Acquire(ctx, name)
+			invalid("Acquirer().Acquire "+strconv.Quote(name), lk, err)
+		}
+		for _, ttl := range []time.Duration{0, -time.Second, lease.MinTTL - 1} {
+			a := m.Acquirer(ttl)
+			lk, err := a.TryAcquire(ctx, "ok")
+			invalid(fmt.Sprintf("Acquirer(%v).TryAcquire", ttl), lk, err)
+			lk, err = a.Acquire(ctx, "ok")
+			invalid(fmt.Sprintf("Acquirer(%v).Acquire", ttl), lk, err)
+		}
+	})
+	var rows int
+	var drawn bool
+	conn := admin(t, db)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM sqlock_leases`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT is_called FROM sqlock_leases_token_seq`).Scan(&drawn); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 || drawn {
+		t.Fatalf("bad input reached the table: %d rows, a token drawn: %v", rows, drawn)
+	}
+}
+
+// asLock is l as a sqlock.Lock, nil for a nil *Lease.
+func asLock(l *lease.Lease) sqlock.Lock {
+	if l == nil {
+		return nil
+	}
+	return l
 }
 
 func TestNilHandlesAndBadOptionsAreTypedErrors(t *testing.T) {

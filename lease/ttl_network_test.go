@@ -16,7 +16,8 @@ import (
 // A TTL that is valid input but shorter than 8 round trips of the network
 // the Manager measured is refused with an error of its own — not ErrInvalid
 // (whose "nothing was sent" is untrue: round trips were) nor
-// ErrInvalidOption — and the observer sees the refusal. The proxy delays
+// ErrInvalidOption, but like every backend's bad TTL
+// sqlock.ErrInvalidArgument — and the observer sees the refusal. The proxy delays
 // every byte by 10 ms each way, so no round trip is shorter than 20 ms at
 // any machine speed, and a 100 ms TTL is under 8 of them.
 func TestTTLRefusedByMeasuredRoundTripsIsItsOwnErrorAndObserved(t *testing.T) {
@@ -37,7 +38,9 @@ func TestTTLRefusedByMeasuredRoundTripsIsItsOwnErrorAndObserved(t *testing.T) {
 	case !errors.Is(err, lease.ErrTTLTooShort) || !errors.As(err, &le):
 		t.Fatalf("a 100 ms TTL over ≥ 20 ms round trips: %v, want a *lease.Error matching ErrTTLTooShort", err)
 	case errors.Is(err, lease.ErrInvalid) || errors.Is(err, sqlock.ErrInvalidOption):
-		t.Fatalf("a refusal by measured round trips reported as bad input: %v", err)
+		t.Fatalf("a refusal by measured round trips reported as input refused unsent: %v", err)
+	case !errors.Is(err, sqlock.ErrInvalidArgument):
+		t.Fatalf("a TTL too short to renew: %v, want it to match sqlock.ErrInvalidArgument", err)
 	}
 	got := evs.Events()
 	if len(got) != 1 || got[0].Kind != observe.LockAcquire || got[0].Outcome != observe.Failed ||

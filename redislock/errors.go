@@ -14,7 +14,8 @@ import (
 // these with errors.Is, or one of the shared sentinels of package sqlock
 // (ErrNilHandle, ErrInvalidOption), or carries Redis's or the context's
 // error as its cause. ErrNotAcquired, ErrTimeout and ErrLost also match
-// sqlock's of the same name, as every lock backend's do.
+// sqlock's of the same name, and ErrInvalid matches
+// sqlock.ErrInvalidArgument, as every lock backend's do.
 var (
 	// ErrNotAcquired: TryAcquire found the lock held by someone else.
 	ErrNotAcquired = errkind.New(sqlock.ErrNotAcquired, "redislock: held by someone else")
@@ -34,8 +35,8 @@ var (
 	ErrNoQuorum = errors.New("redislock: no majority of the servers answered")
 	// ErrInvalid: an empty key, a key with a NUL byte (the fencing
 	// counters' key space, FenceKey), or a TTL shorter than MinTTL.
-	// Nothing was sent.
-	ErrInvalid = errors.New("redislock: invalid key or TTL")
+	// Nothing was sent. It matches [sqlock.ErrInvalidArgument] too.
+	ErrInvalid = errkind.New(sqlock.ErrInvalidArgument, "redislock: invalid key or TTL")
 )
 
 // Error is the error type of this package.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // TestBadInputIsRefusedBeforeAnythingIsSent: empty keys and TTLs that are
@@ -56,13 +57,60 @@ func TestBadInputIsRefusedBeforeAnythingIsSent(t *testing.T) {
 				return err
 			},
 		} {
-			if err := try(ctx, c.key, c.ttl); !errors.Is(err, redislock.ErrInvalid) {
-				t.Errorf("key %q ttl %v: %v, want ErrInvalid", c.key, c.ttl, err)
+			if err := try(ctx, c.key, c.ttl); !errors.Is(err, redislock.ErrInvalid) || !errors.Is(err, sqlock.ErrInvalidArgument) {
+				t.Errorf("key %q ttl %v: %v, want ErrInvalid and sqlock.ErrInvalidArgument", c.key, c.ttl, err)
 			}
 		}
 	}
 	if n := sent.n.Load(); n != 0 {
 		t.Fatalf("%d commands sent", n)
+	}
+}
+
+// TestBadInputMatchesInvalidArgumentOnARealServer: on live servers, through
+// a Locker, a Redlock and their sqlock.Acquirer, every bad key and TTL is
+// redislock.ErrInvalid and sqlock.ErrInvalidArgument, no lock is returned,
+// no command is sent and no key exists afterwards.
+func TestBadInputMatchesInvalidArgumentOnARealServer(t *testing.T) {
+	leakCheck(t)
+	ctx := context.Background()
+	servers := redistest.NewN(t, 3, redistest.Options{})
+	var sent counter
+	cs := clients(t, servers)
+	for _, c := range cs {
+		c.(*redis.Client).AddHook(&sent)
+	}
+	lk := redislock.New(cs[0])
+	rl := redislock.NewRedlock(cs)
+	type acquirer = func(ttl time.Duration) sqlock.Acquirer
+	for name, acq := range map[string]acquirer{"Locker": lk.Acquirer, "Redlock": rl.Acquirer} {
+		for _, c := range []struct {
+			key string
+			ttl time.Duration
+		}{
+			{"", time.Minute}, {"nul\x00", time.Minute}, {"k", 0}, {"k", -time.Second}, {"k", redislock.MinTTL - time.Microsecond},
+		} {
+			a := acq(c.ttl)
+			for how, f := range map[string]func(context.Context, string) (sqlock.Lock, error){"Acquire": a.Acquire, "TryAcquire": a.TryAcquire} {
+				if l, err := f(ctx, c.key); l != nil || !errors.Is(err, redislock.ErrInvalid) || !errors.Is(err, sqlock.ErrInvalidArgument) {
+					t.Errorf("%s: Acquirer(%v).%s(%q): %v, %v; want nil, ErrInvalid and sqlock.ErrInvalidArgument", name, c.ttl, how, c.key, l, err)
+				}
+			}
+		}
+	}
+	if _, err := lk.TryAcquire(ctx, "", time.Minute); !errors.Is(err, sqlock.ErrInvalidArgument) {
+		t.Errorf("Locker.TryAcquire(\"\"): %v, want sqlock.ErrInvalidArgument", err)
+	}
+	if _, err := rl.TryAcquire(ctx, "", time.Minute); !errors.Is(err, sqlock.ErrInvalidArgument) {
+		t.Errorf("Redlock.TryAcquire(\"\"): %v, want sqlock.ErrInvalidArgument", err)
+	}
+	if n := sent.n.Load(); n != 0 {
+		t.Fatalf("%d commands sent for bad input", n)
+	}
+	for i, c := range cs {
+		if n := must[int64](t)(c.DBSize(ctx).Result()); n != 0 {
+			t.Errorf("server %d holds %d keys after bad input", i, n)
+		}
 	}
 }
 
