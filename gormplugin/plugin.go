@@ -1,13 +1,13 @@
 package gormplugin
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/sqlock/sqlock/internal/vguard"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -86,7 +86,8 @@ type config struct {
 }
 
 // WithObserver reports each stale write (observe.Stale, Source "gormplugin",
-// with the table and the *versioned.StaleError) to o. The default does
+// System the dialector's database as OpenTelemetry's db.system.name spells
+// it, with the table and the *versioned.StaleError) to o. The default does
 // nothing; to log stale writes, WithObserver([observe.Slog](l)).
 // Several WithObserver options add up ([observe.Multi]); a nil o adds
 // nothing. The same holds in every sqlock package: see [observe].
@@ -187,6 +188,30 @@ func skipped(db *gorm.DB) bool {
 	return ok
 }
 
-func (p *Plugin) stale(ctx context.Context, table string, err error) {
-	p.cfg.observer.Observe(ctx, observe.Event{Kind: observe.Stale, Source: "gormplugin", Table: table, Err: err})
+// vguardFor describes a versioned statement of db to vguard, which decides
+// its outcome and reports it to the plugin's observer.
+func (p *Plugin) vguardFor(db *gorm.DB, key any, expected int64, op string) vguard.Guard {
+	return vguard.Guard{Table: db.Statement.Table, Key: key, Expected: expected, Op: op,
+		Observer: p.cfg.observer, Source: "gormplugin", System: system(db.Dialector)}
+}
+
+// system names the database of a GORM dialector as OpenTelemetry's
+// db.system.name spells it, for observe.Event.System: "mysql" for MariaDB
+// too (gorm.io/driver/mysql serves both under one name), "" for a
+// dialector it does not know.
+func system(d gorm.Dialector) string {
+	if d == nil {
+		return ""
+	}
+	switch d.Name() {
+	case "postgres":
+		return "postgresql"
+	case "mysql":
+		return "mysql"
+	case "sqlite":
+		return "sqlite"
+	case "sqlserver":
+		return "microsoft.sql_server"
+	}
+	return ""
 }

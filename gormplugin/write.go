@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/vguard"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -612,59 +613,53 @@ func (g *guard) restore(ctx context.Context) {
 }
 
 // verify turns the row count of a checked single-row write into its
-// outcome: the new version in memory, a stale error, or a key error.
+// outcome: the new version in memory, or the error vguard makes of it.
 func (p *Plugin) verify(db *gorm.DB, g *guard, bumped bool) {
 	stmt := db.Statement
-	switch n := db.RowsAffected; {
-	case n == 1:
-		g.wrote = true
-		if bumped {
-			g.bumped = g.m.set(stmt.Context, g.rv, g.expected+1)
-			if g.token > 0 {
-				g.fenceWas, g.fenced = g.m.setFence(stmt.Context, g.rv, g.token)
-			}
+	if n := db.RowsAffected; n != 1 {
+		db.AddError(p.vguardOf(db, g).Outcome(stmt.Context, n))
+		return
+	}
+	g.wrote = true
+	if bumped {
+		g.bumped = g.m.set(stmt.Context, g.rv, g.expected+1)
+		if g.token > 0 {
+			g.fenceWas, g.fenced = g.m.setFence(stmt.Context, g.rv, g.token)
 		}
-	case n == 0:
-		db.AddError(p.staleError(db, g))
-	default:
-		db.AddError(&versioned.RowsError{Table: stmt.Table, Key: g.m.key(stmt.Context, g.rv), Rows: n})
 	}
 }
 
-func (p *Plugin) staleError(db *gorm.DB, g *guard) error {
+// vguardOf describes g's statement, which did not write exactly one row,
+// for vguard. A fenced write is always probed (vguard says why), and so is
+// every write under NullRefused, which must tell a NULL version from a
+// stale one.
+func (p *Plugin) vguardOf(db *gorm.DB, g *guard) vguard.Guard {
 	stmt := db.Statement
 	ctx := stmt.Context
 	key := g.m.key(ctx, g.rv)
-	se := &versioned.StaleError{Table: stmt.Table, Key: key, Expected: g.expected, Op: g.op}
-	// A fenced write is always probed: a fenced-out holder must not read
-	// its refusal as a stale version and retry.
+	vg := p.vguardFor(db, key, g.expected, g.op)
+	vg.Token = g.token
 	if p.cfg.probe || p.cfg.null == NullRefused || g.token > 0 {
-		cur, found, null, fence, err := probe(db, g)
-		switch {
-		case err != nil:
-			se.ProbeErr = err
-		case !found:
-			se.Probed, se.Gone = true, true
-		case fence.Valid && fence.Int64 > g.token && g.token > 0:
-			return &versioned.FencedError{Table: stmt.Table, Key: key, Op: g.op, Token: g.token, Current: fence.Int64}
-		case null && p.cfg.null == NullRefused:
-			return &NullVersionError{Table: stmt.Table, Column: g.m.column, Key: key}
-		case null && !g.orNull:
-			// Not "now at version 0": a NULL never equals the expected
-			// version (under NullAsZero only a struct at 0 matches it).
-			se.Probed, se.CurrentNull = true, true
-		default:
-			se.Probed, se.Current = true, cur
+		vg.Probe = func(context.Context) (ver, fence sql.NullInt64, err error) {
+			ver, fence, err = probe(db, g)
+			if !ver.Valid && g.orNull && err == nil {
+				// Not NULL but 0 to this write: under NullAsZero a
+				// struct at version 0 matches a NULL version too.
+				ver.Valid = true
+			}
+			return ver, fence, err
 		}
 	}
-	p.stale(ctx, stmt.Table, se)
-	return se
+	if p.cfg.null == NullRefused {
+		vg.NullVersion = &NullVersionError{Table: stmt.Table, Column: g.m.column, Key: key}
+	}
+	return vg
 }
 
 // probe reads the row's version (and, for a fenced write, its fence) by
 // primary key, on the statement's own connection (inside its
-// transaction), ignoring soft delete.
-func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, fence sql.NullInt64, err error) {
+// transaction), ignoring soft delete; sql.ErrNoRows when there is no row.
+func probe(db *gorm.DB, g *guard) (ver, fence sql.NullInt64, err error) {
 	stmt := db.Statement
 	ctx := stmt.Context
 	m := g.m
@@ -691,23 +686,17 @@ func probe(db *gorm.DB, g *guard) (cur int64, found, null bool, fence sql.NullIn
 		Limit(1)
 	row := tx.Row()
 	if tx.Error != nil {
-		return 0, false, false, fence, tx.Error
+		return ver, fence, tx.Error
 	}
 	if row == nil {
-		return 0, false, false, fence, errors.New("gormplugin: probe returned no row handle")
+		return ver, fence, errors.New("gormplugin: probe returned no row handle")
 	}
-	var v sql.NullInt64
-	dest := []any{&v}
+	dest := []any{&ver}
 	if g.token > 0 {
 		dest = append(dest, &fence)
 	}
-	switch err := row.Scan(dest...); {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, false, fence, nil
-	case err != nil:
-		return 0, false, false, fence, err
-	}
-	return v.Int64, true, !v.Valid, fence, nil
+	err = row.Scan(dest...)
+	return ver, fence, err
 }
 
 // createState is what a versioned create leaves for the callbacks after
@@ -1155,13 +1144,11 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		// DO UPDATE's WHERE left it alone.
 		if rv := stmt.ReflectValue; rv.Kind() == reflect.Struct {
 			w := cs.was[0].ver
-			db.AddError(p.staleError(db, &guard{m: cs.m, rv: rv, expected: w, op: "update",
-				orNull: w == 0 && p.cfg.null == NullAsZero}))
+			g := &guard{m: cs.m, rv: rv, expected: w, op: "update", orNull: w == 0 && p.cfg.null == NullAsZero}
+			db.AddError(p.vguardOf(db, g).Outcome(stmt.Context, 0))
 			return
 		}
-		se := &versioned.StaleError{Table: stmt.Table, Op: "update"}
-		p.stale(stmt.Context, stmt.Table, se)
-		db.AddError(se)
+		db.AddError(p.vguardFor(db, nil, 0, "update").Outcome(stmt.Context, 0))
 		return
 	}
 	cs.wrote = true
@@ -1173,10 +1160,7 @@ func (p *Plugin) afterCreate(db *gorm.DB) {
 		// (GORM's transaction, or what protect opened).
 		if w := cs.was[0].ver; w != 0 {
 			if v, _ := cs.m.get(stmt.Context, rv); v == w {
-				se := &versioned.StaleError{Table: stmt.Table, Key: cs.m.key(stmt.Context, rv), Expected: w,
-					Op: "update", Probed: true, Gone: true}
-				p.stale(stmt.Context, stmt.Table, se)
-				db.AddError(se)
+				db.AddError(p.vguardFor(db, cs.m.key(stmt.Context, rv), w, "update").Gone(stmt.Context))
 			}
 		}
 	}

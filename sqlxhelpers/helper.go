@@ -31,7 +31,8 @@ type Option func(*config)
 type config struct {
 	bindType  int
 	bindSet   bool
-	quoteChar byte // '"', or '`' for MySQL
+	quoteChar byte   // '"', or '`' for MySQL
+	system    string // the store's db.system.name, for observe.Event.System
 	observer  observe.Observer
 	cacheSize int
 	mapper    *reflectx.Mapper
@@ -45,7 +46,10 @@ func WithBindType(bindType int) Option {
 }
 
 // WithObserver reports each stale write (observe.Stale, Source
-// "versioned", as package versioned reports its own) to o. The default does
+// "versioned", as package versioned reports its own, and System the
+// database the handle's driver name says: "postgresql", "mysql" for
+// MySQL and MariaDB alike, "sqlite", or "" for a driver it does not know)
+// to o. The default does
 // nothing. Several WithObserver options add up ([observe.Multi]); a nil o
 // adds nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
@@ -103,8 +107,8 @@ func New(db *sqlx.DB, opts ...Option) (*Helper, error) {
 		cfg.mapper = reflectx.NewMapperFunc("db", toLower)
 	}
 	cfg.quoteChar = '"'
-	switch db.DriverName() {
-	case "mysql", "nrmysql":
+	cfg.system = systemOf(db.DriverName())
+	if cfg.system == "mysql" {
 		cfg.quoteChar = '`'
 	}
 	s := &state{cfg: cfg}
@@ -134,6 +138,22 @@ func isNil(x any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// systemOf names the database a database/sql driver name serves as
+// OpenTelemetry's db.system.name spells it: "mysql" for MariaDB too (one
+// driver serves both, and asking the server would cost a query), "" for a
+// driver name it does not know.
+func systemOf(driverName string) string {
+	switch driverName {
+	case "postgres", "pgx", "pgx/v4", "pgx/v5", "pq-timeouts", "cloudsqlpostgres", "nrpostgres":
+		return "postgresql"
+	case "mysql", "nrmysql":
+		return "mysql"
+	case "sqlite3", "sqlite", "nrsqlite3":
+		return "sqlite"
+	}
+	return ""
 }
 
 func toLower(s string) string {

@@ -118,7 +118,8 @@ func (h *Helper) NamedExec(ctx context.Context, query string, arg any) error {
 		if len(p.ti.keys) > 0 {
 			key, _ = p.ti.key(p.g.Table, rv)
 		}
-		g := vguard.Guard{Table: p.g.Table, Key: key, Expected: exp, Op: p.g.Op, Observer: h.s.cfg.observer}
+		g := vguard.Guard{Table: p.g.Table, Key: key, Expected: exp, Op: p.g.Op,
+			Observer: h.s.cfg.observer, Source: "versioned", System: h.s.cfg.system}
 		return g.Check(ctx, res, nil)
 	}
 	if p.g.Op == "update" {

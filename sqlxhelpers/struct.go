@@ -280,7 +280,8 @@ func (h *Helper) write(ctx context.Context, op string, table string, ptr any, op
 		return fmt.Errorf("sqlxhelpers: %s %s: %w", opName, table, err)
 	}
 	if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
-		g := vguard.Guard{Table: table, Key: key, Expected: exp, Op: op, Observer: h.s.cfg.observer, Token: tok}
+		g := vguard.Guard{Table: table, Key: key, Expected: exp, Op: op, Token: tok,
+			Observer: h.s.cfg.observer, Source: "versioned", System: h.s.cfg.system}
 		if tok > 0 {
 			g.Probe = prober(ex, p.probe, appendKey(nil, key))
 		}

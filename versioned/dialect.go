@@ -41,6 +41,22 @@ func (d Dialect) name() string {
 	return "dialect(" + strconv.Itoa(int(d)) + ")"
 }
 
+// system is the dialect's database as OpenTelemetry's db.system.name
+// spells it, for observe.Event.System. MySQL is "mysql" for MariaDB too:
+// the dialect is the same, and telling the servers apart would cost a
+// query.
+func (d Dialect) system() string {
+	switch d {
+	case Postgres:
+		return "postgresql"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	}
+	return ""
+}
+
 func (d Dialect) valid() bool { return d <= SQLite }
 
 // lockingRead is the suffix that makes a SELECT read the newest committed

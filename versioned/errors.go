@@ -1,11 +1,6 @@
 package versioned
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
-
 	"github.com/sqlock/sqlock/internal/vmodel"
 )
 
@@ -16,7 +11,7 @@ var (
 	// Returned as *StaleError. Package retry retries it, and any error that
 	// wraps it with %w (as hand-written versioned SQL would return), like a
 	// *StaleError.
-	ErrStale error = &retryableSentinel{"versioned: stale version", "stale"}
+	ErrStale = vmodel.ErrStale
 
 	// ErrOverflow: the next version does not fit the version's type, or a
 	// version value is outside the range the type (or database/sql) can
@@ -41,7 +36,7 @@ var (
 	// ErrKeyNotUnique: a write by key affected more than one row, so the
 	// key columns do not identify a row. Returned as *RowsError. The
 	// statement has run: roll back the transaction it ran in.
-	ErrKeyNotUnique = errors.New("versioned: key matched more than one row")
+	ErrKeyNotUnique = vmodel.ErrKeyNotUnique
 
 	// ErrInvalidModel: a struct's lock tags cannot be used: it has no
 	// lock:"version" field, a version field that is not a plain integer,
@@ -56,76 +51,19 @@ var (
 	ErrInvalidArg = vmodel.ErrInvalidArg
 )
 
-// retryableSentinel is a sentinel with a RetryCause, the method by which
-// package retry (which imports nothing of this package) recognises an error
-// worth another attempt.
-type retryableSentinel struct{ msg, cause string }
-
-func (e *retryableSentinel) Error() string      { return e.msg }
-func (e *retryableSentinel) RetryCause() string { return e.cause }
-
 // StaleError reports a versioned write that changed nothing because the row
-// was not at the expected version (or is gone). errors.Is(err, ErrStale) is
-// true for it, and it has RetryCause() == "stale", which is how package
-// retry recognises it as worth another attempt: re-read the row and try
-// again.
-type StaleError struct {
-	Table    string // the table as given to NewTable
-	Key      any    // the key value as given (a CompositeKey for several columns)
-	Expected int64  // the version the write expected
-	Op       string // "update" or "delete"
-
-	// What the probe found, set only when probing was asked for
-	// (WithProbe). Probed is false when probing is off or the probe itself
-	// failed (ProbeErr).
-	Probed bool
-	// Gone: no row has the key any more (it was deleted, or never existed).
-	Gone bool
-	// Current is the row's version when the row is there (not Gone). It
-	// can equal Expected only for a row deleted and inserted again.
-	Current int64
-	// CurrentNull: the row's version is NULL (Current is 0). NULL never
-	// equals an expected version: make the column NOT NULL.
-	CurrentNull bool
-	ProbeErr    error // the probe's own error, when it failed
-}
-
-func (e *StaleError) Error() string {
-	var b strings.Builder
-	b.WriteString("versioned: stale version: ")
-	b.WriteString(e.Op)
-	b.WriteString(" of ")
-	b.WriteString(e.Table)
-	b.WriteString(" key ")
-	b.WriteString(formatKey(e.Key))
-	b.WriteString(" at version ")
-	b.WriteString(strconv.FormatInt(e.Expected, 10))
-	switch {
-	case e.Probed && e.Gone:
-		b.WriteString(": row is gone")
-	case e.Probed && e.CurrentNull:
-		b.WriteString(": the row's version is NULL, which never matches (make the column NOT NULL)")
-	case e.Probed && e.Current != e.Expected:
-		b.WriteString(": row is now at version ")
-		b.WriteString(strconv.FormatInt(e.Current, 10))
-	case e.Probed:
-		b.WriteString(": row is still at that version (another condition failed)")
-	default:
-		if e.ProbeErr != nil {
-			b.WriteString(" (probe failed: ")
-			b.WriteString(e.ProbeErr.Error())
-			b.WriteString(")")
-		}
-	}
-	return b.String()
-}
-
-// Is makes errors.Is(err, ErrStale) true.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
-
-// RetryCause returns "stale": the contract by which package retry (which
-// imports nothing of this package) retries a stale write.
-func (e *StaleError) RetryCause() string { return "stale" }
+// was not at the expected version (or is gone). Its fields: Table (as given
+// to NewTable), Key (as given; a CompositeKey for several columns),
+// Expected (the version the write expected), Op ("update" or "delete"),
+// and what the probe found when probing was asked for ([WithProbe]):
+// Probed (false when probing is off or the probe failed, ProbeErr), Gone
+// (no row has the key any more), Current (the row's version when it is
+// there; it equals Expected only for a row deleted and inserted again) and
+// CurrentNull (the row's version is NULL, which never matches).
+// errors.Is(err, ErrStale) is true for it, and it has RetryCause() ==
+// "stale", which is how package retry recognises it as worth another
+// attempt: re-read the row and try again.
+type StaleError = vmodel.StaleError
 
 // FencedError reports a fenced write that changed nothing because the
 // row's fence is past the write's token: a newer lock holder wrote it. Its
@@ -148,20 +86,10 @@ type OverflowError = vmodel.OverflowError
 // errors.Is(err, ErrNoKey) is true for it.
 type KeyError = vmodel.KeyError
 
-// RowsError reports a write by key that affected more than one row.
-type RowsError struct {
-	Table string
-	Key   any
-	Rows  int64
-}
-
-func (e *RowsError) Error() string {
-	return fmt.Sprintf("versioned: key %s of %s matched %d rows; key columns must be unique",
-		formatKey(e.Key), e.Table, e.Rows)
-}
-
-// Is makes errors.Is(err, ErrKeyNotUnique) true.
-func (e *RowsError) Is(target error) bool { return target == ErrKeyNotUnique }
+// RowsError reports a write by key that affected more than one row (Rows),
+// so the key columns (Table, Key) do not identify a row. errors.Is(err,
+// ErrKeyNotUnique) is true for it.
+type RowsError = vmodel.RowsError
 
 // TagError reports a struct type whose lock tags cannot be used, the first
 // time the type is seen (the verdict is cached with the type). Its fields:
@@ -180,7 +108,3 @@ type InputError = vmodel.InputError
 func inputErr(op, arg, reason string, kind error) error {
 	return vmodel.InputErr(op, arg, reason, kind)
 }
-
-// formatKey prints a key for messages: strings quoted, byte slices in hex,
-// composite keys in parentheses.
-func formatKey(k any) string { return vmodel.FormatKey(k) }

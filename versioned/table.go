@@ -3,13 +3,13 @@ package versioned
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"sync/atomic"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/vguard"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -158,7 +158,9 @@ func WithProbe() Option { return func(c *config) { c.probe = true } }
 func WithZeroKey() Option { return func(c *config) { c.zeroKey = true } }
 
 // WithObserver reports each stale write (observe.Stale, Source
-// "versioned") to o. The default does nothing. Several WithObserver options add up ([observe.Multi]); a nil o adds
+// "versioned", System the dialect's database as OpenTelemetry's
+// db.system.name spells it: "postgresql", "mysql" — MariaDB included —
+// or "sqlite") to o. The default does nothing. Several WithObserver options add up ([observe.Multi]); a nil o adds
 // nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.observer = observe.Multi(c.observer, o) }
@@ -511,69 +513,38 @@ func (t *Table) affected(ctx context.Context, db DB, res sql.Result, key any, ex
 	if err != nil {
 		return fmt.Errorf("versioned: %s %s: rows affected: %w", op, t.name, err)
 	}
+	if n == 1 {
+		return nil // the common case, decided before the guard is built
+	}
+	g := vguard.Guard{Table: t.name, Key: key, Expected: exp, Op: op,
+		Observer: t.cfg.observer, Source: "versioned", System: t.cfg.dialect.system()}
 	switch {
-	case n == 1:
-		return nil
-	case n > 1:
-		return &RowsError{Table: t.name, Key: key, Rows: n}
-	}
-	se := &StaleError{Table: t.name, Key: key, Expected: exp, Op: op}
-	if f.on {
-		// Always probed: a fenced-out holder must not read its refusal as
-		// a stale version and retry.
-		if fe := t.probeFence(ctx, db, key, f, se); fe != nil {
-			return fe
+	case f.on:
+		g.Token = f.token
+		g.Probe = func(ctx context.Context) (ver, fen sql.NullInt64, err error) {
+			b := sqlBuf{d: t.cfg.dialect}
+			t.fencedStmt(f).Probe(&b.b, b.paramTo)
+			b.str(t.cfg.dialect.lockingRead())
+			err = t.probeRow(ctx, db, b.b.String(), key, &ver, &fen)
+			return ver, fen, err
 		}
-	} else if t.cfg.probe {
-		t.probe(ctx, db, key, se)
+	case t.cfg.probe:
+		g.Probe = func(ctx context.Context) (ver, fen sql.NullInt64, err error) {
+			err = t.probeRow(ctx, db, t.probeSQL, key, &ver)
+			return ver, fen, err
+		}
 	}
-	t.cfg.observer.Observe(ctx, observe.Event{Kind: observe.Stale, Source: "versioned", Table: t.name, Err: se})
-	return se
+	return g.Outcome(ctx, n)
 }
 
-// probe fills in what se says of the row now, with one SELECT by key.
-func (t *Table) probe(ctx context.Context, q DB, key any, se *StaleError) {
+// probeRow reads the row by key into dest, with query (the probe's
+// SELECT).
+func (t *Table) probeRow(ctx context.Context, q DB, query string, key any, dest ...any) error {
 	args, err := t.appendKey(make([]any, 0, len(t.qKeys)), key)
 	if err != nil {
-		se.ProbeErr = err
-		return
+		return err
 	}
-	var cur sql.NullInt64
-	switch err := q.QueryRowContext(ctx, t.probeSQL, args...).Scan(&cur); {
-	case errors.Is(err, sql.ErrNoRows):
-		se.Probed, se.Gone = true, true
-	case err != nil:
-		se.ProbeErr = err
-	default:
-		se.Probed, se.Current, se.CurrentNull = true, cur.Int64, !cur.Valid
-	}
-}
-
-// probeFence reads the row's version and fence by key after a fenced write
-// matched no row: a fence past the token is a *FencedError (the fence
-// only grows, so it was past the token when the write ran, or a newer
-// holder wrote since); otherwise it fills in se as probe does.
-func (t *Table) probeFence(ctx context.Context, q DB, key any, f fence, se *StaleError) *FencedError {
-	args, err := t.appendKey(make([]any, 0, len(t.qKeys)), key)
-	if err != nil {
-		se.ProbeErr = err
-		return nil
-	}
-	b := sqlBuf{d: t.cfg.dialect}
-	t.fencedStmt(f).Probe(&b.b, b.paramTo)
-	b.str(t.cfg.dialect.lockingRead())
-	var cur, fen sql.NullInt64
-	switch err := q.QueryRowContext(ctx, b.b.String(), args...).Scan(&cur, &fen); {
-	case errors.Is(err, sql.ErrNoRows):
-		se.Probed, se.Gone = true, true
-	case err != nil:
-		se.ProbeErr = err
-	case fen.Valid && fen.Int64 > f.token:
-		return &FencedError{Table: t.name, Key: key, Op: se.Op, Token: f.token, Current: fen.Int64}
-	default:
-		se.Probed, se.Current, se.CurrentNull = true, cur.Int64, !cur.Valid
-	}
-	return nil
+	return q.QueryRowContext(ctx, query, args...).Scan(dest...)
 }
 
 // appendKey appends the key values in column order, refusing a missing key.

@@ -21,7 +21,96 @@ var (
 	ErrInvalidModel = errors.New("versioned: invalid model")
 	ErrInvalidArg   = errors.New("versioned: invalid argument")
 	ErrFenced       = errors.New("versioned: fenced out by a newer lock holder")
+	ErrKeyNotUnique = errors.New("versioned: key matched more than one row")
+
+	// ErrStale is a sentinel with a RetryCause, the method by which
+	// package retry (which imports nothing of this package) recognises an
+	// error worth another attempt.
+	ErrStale error = &retryableSentinel{"versioned: stale version", "stale"}
 )
+
+type retryableSentinel struct{ msg, cause string }
+
+func (e *retryableSentinel) Error() string      { return e.msg }
+func (e *retryableSentinel) RetryCause() string { return e.cause }
+
+// StaleError reports a versioned write that changed nothing because the row
+// was not at the expected version (or is gone). errors.Is(err, ErrStale) is
+// true for it, and it has RetryCause() == "stale", which is how package
+// retry recognises it as worth another attempt: re-read the row and try
+// again.
+type StaleError struct {
+	Table    string // the table as the caller named it
+	Key      any    // the key value as given (a composite key for several columns)
+	Expected int64  // the version the write expected
+	Op       string // "update" or "delete"
+
+	// What the probe (a read of the row by key after the write) found,
+	// set only when the write was probed. Probed is false when probing is off or the probe itself
+	// failed (ProbeErr).
+	Probed bool
+	// Gone: no row has the key any more (it was deleted, or never existed).
+	Gone bool
+	// Current is the row's version when the row is there (not Gone). It
+	// can equal Expected only for a row deleted and inserted again.
+	Current int64
+	// CurrentNull: the row's version is NULL (Current is 0). NULL never
+	// equals an expected version: make the column NOT NULL.
+	CurrentNull bool
+	ProbeErr    error // the probe's own error, when it failed
+}
+
+func (e *StaleError) Error() string {
+	var b strings.Builder
+	b.WriteString("versioned: stale version: ")
+	b.WriteString(e.Op)
+	b.WriteString(" of ")
+	b.WriteString(e.Table)
+	b.WriteString(" key ")
+	b.WriteString(FormatKey(e.Key))
+	b.WriteString(" at version ")
+	b.WriteString(strconv.FormatInt(e.Expected, 10))
+	switch {
+	case e.Probed && e.Gone:
+		b.WriteString(": row is gone")
+	case e.Probed && e.CurrentNull:
+		b.WriteString(": the row's version is NULL, which never matches (make the column NOT NULL)")
+	case e.Probed && e.Current != e.Expected:
+		b.WriteString(": row is now at version ")
+		b.WriteString(strconv.FormatInt(e.Current, 10))
+	case e.Probed:
+		b.WriteString(": row is still at that version (another condition failed)")
+	default:
+		if e.ProbeErr != nil {
+			b.WriteString(" (probe failed: ")
+			b.WriteString(e.ProbeErr.Error())
+			b.WriteString(")")
+		}
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrStale) true.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// RetryCause returns "stale": the contract by which package retry (which
+// imports nothing of this package) retries a stale write.
+func (e *StaleError) RetryCause() string { return "stale" }
+
+// RowsError reports a write by key that affected more than one row.
+type RowsError struct {
+	Table string
+	Key   any
+	Rows  int64
+}
+
+func (e *RowsError) Error() string {
+	return fmt.Sprintf("versioned: key %s of %s matched %d rows; key columns must be unique",
+		FormatKey(e.Key), e.Table, e.Rows)
+}
+
+// Is makes errors.Is(err, ErrKeyNotUnique) true.
+func (e *RowsError) Is(target error) bool { return target == ErrKeyNotUnique }
 
 // FencedError reports a fenced write that changed nothing because the
 // row's fence is past the write's token: a newer lock holder wrote it.
