@@ -8,6 +8,11 @@
 // default everywhere is [Nop], which costs one indirect call per event and
 // allocates nothing.
 //
+// An event says who reported it (Source), which store it is about (System,
+// spelt as OpenTelemetry's db.system.name) and, for a lock, its Key or Name:
+// exporters read these, never a package's name, so a new backend needs no
+// edit in them.
+//
 // Observers are called synchronously on the caller's goroutine, sometimes
 // while a lock is held: they must be fast, must not block and must be safe
 // for concurrent use.

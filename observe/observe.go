@@ -69,8 +69,8 @@ type Event struct {
 	// "etcd", "aws.dynamodb"), or "" where the reporter cannot know it (retry
 	// wraps any function). Exporters read it instead of guessing from Source.
 	System  string
-	Key     int64  // the lock key, for lock events
-	Name    string // the text Key was made from, where the reporter knows it (advisory.KeyOf)
+	Key     int64  // a numbered lock's key (advisory, txlock); 0 for a lock known by Name alone
+	Name    string // the text Key was made from (advisory.KeyOf), or a named lock's name (lease, redislock)
 	Shared  bool   // a shared (read) lock
 	Outcome Outcome
 	Wait    time.Duration // time spent waiting for a lock, or the backoff before a retry
@@ -151,6 +151,9 @@ func (s slogObserver) Observe(ctx context.Context, e Event) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("source", e.Source)}
+	if e.System != "" {
+		attrs = append(attrs, slog.String("system", e.System))
+	}
 	if e.Kind == LockAcquire || e.Kind == LockRelease {
 		attrs = append(attrs, slog.Int64("key", e.Key), slog.Bool("shared", e.Shared),
 			slog.String("outcome", e.Outcome.String()))

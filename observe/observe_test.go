@@ -48,11 +48,14 @@ func TestSlogLevelsAndFields(t *testing.T) {
 	if buf.Len() != 0 {
 		t.Fatalf("a plain acquisition is Debug, got %q", buf.String())
 	}
-	o.Observe(ctx, Event{Kind: LockAcquire, Source: "advisory", Key: 7, Outcome: Timeout,
+	o.Observe(ctx, Event{Kind: LockAcquire, Source: "advisory", System: "postgresql", Key: 7, Outcome: Timeout,
 		Wait: 2 * time.Second, Err: errors.New("lock timeout")})
 	o.Observe(ctx, Event{Kind: Retry, Source: "retry", Attempt: 2, Cause: "40001"})
 	out := buf.String()
-	for _, want := range []string{"sqlock lock_acquire", "key=7", "outcome=timeout", "wait=2s",
+	if strings.Count(out, "system=") != 1 {
+		t.Errorf("system logged other than once, for the event that has one:\n%s", out)
+	}
+	for _, want := range []string{"sqlock lock_acquire", "system=postgresql", "key=7", "outcome=timeout", "wait=2s",
 		`error="lock timeout"`, "sqlock retry", "attempt=2", "cause=40001"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
