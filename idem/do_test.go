@@ -350,6 +350,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 			}
 		})
 	}
+	if _, err := idem.Do(ctx, tx, "", "k", nil, fn, idem.WithTable("a;b")); !errors.Is(err, sqlock.ErrInvalidArgument) {
+		t.Fatalf("bad table: %v, want it to match sqlock.ErrInvalidArgument too", err)
+	}
 	if ran {
 		t.Fatal("fn ran on bad input")
 	}

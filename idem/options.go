@@ -41,7 +41,7 @@ type config struct {
 
 func buildConfig(opts []Option) (config, error) {
 	c := config{
-		table:     tableName{name: DefaultTable},
+		table:     tableName{Name: DefaultTable},
 		retention: DefaultRetention,
 		codec:     JSON{},
 		batch:     MaxSweepBatch,
@@ -72,8 +72,10 @@ func invalid(format string, args ...any) error {
 }
 
 // WithTable names the keys table (all): an identifier, optionally qualified
-// by a schema ("app.idem_keys"), of letters, digits and underscores, at
-// most 63 bytes each. It is quoted as given. The default is [DefaultTable].
+// by a schema ("app.idem_keys"), of letters, digits and underscores, the
+// table at most 52 bytes (its index is <table>_expires_at) and the schema
+// 63. It is quoted as given. The default is [DefaultTable]. A bad name
+// matches [sqlock.ErrInvalidOption] and [sqlock.ErrInvalidArgument].
 func WithTable(name string) Option {
 	return func(c *config) error {
 		t, err := parseTable(name)

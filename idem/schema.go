@@ -4,15 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"regexp"
-	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/pgident"
 )
 
 // Handle is a database pool: database/sql (pgx's stdlib driver, lib/pq) or
@@ -22,33 +20,13 @@ type Handle interface {
 }
 
 // tableName is a validated, possibly schema-qualified table name.
-type tableName struct{ schema, name string }
+type tableName = pgident.Table
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
+// parseTable reads a keys table's name. The index is named
+// <table>_expires_at: the table leaves room for it.
 func parseTable(s string) (tableName, error) {
-	var t tableName
-	if schema, name, ok := strings.Cut(s, "."); ok {
-		t = tableName{schema: schema, name: name}
-	} else {
-		t = tableName{name: s}
-	}
-	// The index is named table_expires_at: the table leaves room for it.
-	if !identRE.MatchString(t.name) || len(t.name) > 63-len("_expires_at") ||
-		(t.schema != "" && (!identRE.MatchString(t.schema) || len(t.schema) > 63)) {
-		return t, invalid("table name %q: want [schema.]table of letters, digits and underscores (table ≤ 52 bytes)", s)
-	}
-	return t, nil
+	return pgident.ParseTable("idem: WithTable", s, pgident.MaxLen-len("_expires_at"))
 }
-
-func (t tableName) ident(name string) string {
-	if t.schema == "" {
-		return pgx.Identifier{name}.Sanitize()
-	}
-	return pgx.Identifier{t.schema, name}.Sanitize()
-}
-
-func (t tableName) String() string { return t.ident(t.name) }
 
 // MaxKeyBytes is the longest key and the longest scope, in bytes.
 const MaxKeyBytes = 255
@@ -76,7 +54,7 @@ func ddl(t tableName) string {
     PRIMARY KEY (scope, key)
 );
 CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at);
-`, t, pgx.Identifier{t.name + "_expires_at"}.Sanitize(), MaxKeyBytes)
+`, t, pgident.Quote(t.Name+"_expires_at"), MaxKeyBytes)
 }
 
 // migrateLock serialises concurrent Migrate calls (CREATE … IF NOT EXISTS
@@ -125,11 +103,11 @@ type statements struct {
 // defaultStatements are those of DefaultTable, built once: most calls use
 // it, and building them is a dozen Sprintf of long strings per call. (A
 // value computed at init and never written again: no mutable state.)
-var defaultStatements = makeStatements(tableName{name: DefaultTable})
+var defaultStatements = makeStatements(tableName{Name: DefaultTable})
 
 // buildStatements returns the statements of table t.
 func buildStatements(t tableName) statements {
-	if t == (tableName{name: DefaultTable}) {
+	if t == (tableName{Name: DefaultTable}) {
 		return defaultStatements
 	}
 	return makeStatements(t)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"reflect"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 )
 
 // txConn runs statements in the caller's transaction, whichever driver it
@@ -31,7 +31,7 @@ func newTxConn(tx any) (txConn, error) {
 			return sqlTx{t}, nil
 		}
 	case pgx.Tx:
-		if !isNilPointer(t) {
+		if !nilcheck.Is(t) { // a nil *pgxpool.Tx would panic on first use
 			return pgxTx{t}, nil
 		}
 	default:
@@ -39,13 +39,6 @@ func newTxConn(tx any) (txConn, error) {
 			"idem: a %T is not a transaction idem can use: pass a *sql.Tx (sqlx: tx.Tx; GORM: db.Statement.ConnPool.(*sql.Tx)) or a pgx.Tx", tx)
 	}
 	return nil, errkind.New(sqlock.ErrNilHandle, "idem: nil transaction")
-}
-
-// isNilPointer catches a typed nil inside the pgx.Tx interface (a nil
-// *pgxpool.Tx), which would otherwise panic on first use.
-func isNilPointer(t pgx.Tx) bool {
-	v := reflect.ValueOf(t)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 type sqlTx struct{ tx *sql.Tx }

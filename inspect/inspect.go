@@ -18,6 +18,8 @@ import (
 	"github.com/sqlock/sqlock/hash"
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/keynames"
+	"github.com/sqlock/sqlock/internal/nilcheck"
+	"github.com/sqlock/sqlock/internal/pgident"
 )
 
 // ErrPrivilege: the role may not see other roles' sessions — it is neither
@@ -175,38 +177,16 @@ func WithLeaseTable(table string) Option {
 	}
 }
 
-// leaseTableIdent parses a lease table's name by package lease's rule
-// (lease's parseTable: cut at the first dot, each part an identifier of
-// letters, digits and underscores, the table at most 53 bytes so that its
-// token sequence's name fits, the schema at most 63) and quotes it as
-// lease does. The one form serves both the probe (to_regclass) and the
-// read, so both name the same table.
+// leaseTableIdent reads a lease table's name by package lease's rule (the
+// table at most 53 bytes, so that its <table>_token_seq sequence's name
+// fits) and quotes it as lease does. The one form serves both the probe
+// (to_regclass) and the read, so both name the same table.
 func leaseTableIdent(table string) (string, error) {
-	parts := strings.SplitN(table, ".", 2)
-	if len(parts) == 2 && parts[0] == "" {
-		parts = parts[1:] // lease reads ".name" as name, unqualified
+	t, err := pgident.ParseTable("inspect: WithLeaseTable", table, pgident.MaxLen-len("_token_seq"))
+	if err != nil {
+		return "", err
 	}
-	name := parts[len(parts)-1]
-	ok := validIdent(name) && len(name) <= 63-len("_token_seq")
-	if len(parts) == 2 {
-		ok = ok && validIdent(parts[0])
-	}
-	if !ok {
-		return "", errkind.New(badName, "inspect: lease table %q: want [schema.]table of letters, digits and underscores, as lease.WithTable takes", table)
-	}
-	return pgx.Identifier(parts).Sanitize(), nil
-}
-
-func validIdent(s string) bool {
-	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
-		return false
-	}
-	for _, r := range s {
-		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
+	return t.String(), nil
 }
 
 // Take reads the advisory locks of q's current database, who holds and
@@ -227,7 +207,7 @@ func Take(ctx context.Context, q Queryer, opts ...Option) (*Snapshot, error) {
 			return nil, err
 		}
 	}
-	if q == nil {
+	if nilcheck.Is(q) {
 		return nil, errkind.New(sqlock.ErrNilHandle, "inspect: nil Queryer")
 	}
 	srv, err := probe(ctx, q, c.leaseTable)

@@ -2,6 +2,7 @@ package inspect_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -294,6 +295,9 @@ func TestTakeRefusesBadInput(t *testing.T) {
 	db := pgtest.New(t)
 	if _, err := inspect.Take(ctx, nil); !errors.Is(err, sqlock.ErrNilHandle) {
 		t.Errorf("nil: %v", err)
+	}
+	if _, err := inspect.Take(ctx, (*sql.DB)(nil)); !errors.Is(err, sqlock.ErrNilHandle) {
+		t.Errorf("nil *sql.DB: %v", err)
 	}
 	// A bad name is an invalid option and an invalid argument.
 	bad := func(err error) bool {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/lockedtx"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 )
 
 // PgxDB is the pgx handle DoPgx runs on: *pgxpool.Pool, *pgxpool.Conn or
@@ -24,7 +25,7 @@ type PgxDB interface {
 // rolled back otherwise, and run again as a whole on the same errors as
 // Do. fn must be safe to run more than once.
 func DoPgx(ctx context.Context, db PgxDB, key advisory.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...Option) error {
-	if lockedtx.IsNil(db) {
+	if nilcheck.Is(db) {
 		return lockedtx.ErrNilDB
 	}
 	if fn == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/lockedtx"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 )
 
 // DB is the database/sql handle Do runs on: *sql.DB, *sql.Conn, or a type
@@ -62,7 +63,7 @@ func WrapConnector(c driver.Connector) driver.Connector { return lockedtx.WrapCo
 // engine's driver.
 func refuseSQLCall(db DB, nilFn bool) error {
 	switch {
-	case lockedtx.IsNil(db):
+	case nilcheck.Is(db):
 		return lockedtx.ErrNilDB
 	case nilFn:
 		return lockedtx.ErrNilFunc

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -198,22 +197,4 @@ func (t pgxTx) Rollback(ctx context.Context) error {
 		t.pc.Release()
 	}
 	return err
-}
-
-// IsNil reports whether h is nil or a nil pointer in an interface.
-func IsNil(h any) bool {
-	switch d := h.(type) {
-	case nil:
-		return true
-	case *sql.DB:
-		return d == nil
-	case *sql.Conn:
-		return d == nil
-	}
-	v := reflect.ValueOf(h)
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
 }

@@ -68,15 +68,16 @@ func valid(s string, maxLen int) bool {
 // is the table, t.Ident(t.Name+"_token_seq") its sequence.
 func (t Table) Ident(name string) string {
 	if t.Schema == "" {
-		return quote(name)
+		return Quote(name)
 	}
-	return quote(t.Schema) + "." + quote(name)
+	return Quote(t.Schema) + "." + Quote(name)
 }
 
 // String is the table, quoted.
 func (t Table) String() string { return t.Ident(t.Name) }
 
-// quote quotes an identifier as pgx.Identifier.Sanitize does.
-func quote(s string) string {
+// Quote quotes one identifier as pgx.Identifier.Sanitize does, for a name
+// that takes no schema (an index's, a NOTIFY channel's).
+func Quote(s string) string {
 	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `"`, `""`), "\x00", "") + `"`
 }
