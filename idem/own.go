@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/txbatch"
 )
 
 // The transactions idem begins and ends itself ([DoTx], [Middleware]):
@@ -17,11 +18,11 @@ import (
 // key costs no round trip of its own, the way txlock folds its lock.
 //
 //   - pgx (pool, pool connection, connection): BEGIN and the claim are one
-//     batch (lockedtx.BeginBatch), the store and COMMIT another
-//     (lockedtx.CommitBatch).
+//     batch (txbatch.BeginBatch), the store and COMMIT another
+//     (txbatch.CommitBatch).
 //   - database/sql on a connection of txlock.OpenDB or WrapConnector: the
 //     same batches, sent by the driver's connection when it is asked
-//     (lockedtx.RequestBatch, BatchRequest.CommitWith).
+//     (txbatch.RequestBatch, BatchRequest.CommitWith).
 //   - any other database/sql driver: the claim after BEGIN and the store
 //     before COMMIT, as statements of their own.
 
@@ -81,12 +82,12 @@ func openClaimed(ctx context.Context, open openFunc, st statements, c *config, k
 	return o, cl, nil
 }
 
-// queueRecorded queues, ahead of BEGIN (lockedtx.Ahead), st.recorded: it
+// queueRecorded queues, ahead of BEGIN (txbatch.Ahead), st.recorded: it
 // returns k's result if k is recorded, into row, and then fails, so that
 // the server skips BEGIN and the rest of the batch.
 func queueRecorded(st statements, k keyOf, row *claimRow) func(*pgx.Batch) {
 	return func(b *pgx.Batch) {
-		lockedtx.Ahead(b, func(b *pgx.Batch) {
+		txbatch.Ahead(b, func(b *pgx.Batch) {
 			b.Queue(st.recorded, k.scope, k.key).Query(func(rows pgx.Rows) error {
 				if !rows.Next() {
 					return rows.Err()
@@ -182,7 +183,7 @@ func opener(db any) openFunc {
 // openPgx begins a transaction on conn with queue's statements in BEGIN's
 // round trip; release, if not nil, runs when it ends.
 func openPgx(ctx context.Context, conn *pgx.Conn, queue func(*pgx.Batch), release func()) (*owned, error) {
-	tx, err := lockedtx.BeginBatch(ctx, conn, pgx.TxOptions{}, queue)
+	tx, err := txbatch.BeginBatch(ctx, conn, pgx.TxOptions{}, queue)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func openPgx(ctx context.Context, conn *pgx.Conn, queue func(*pgx.Batch), releas
 		if store == "" {
 			return commitOutcome(tx.Commit(ctx))
 		}
-		return commitOutcome(lockedtx.CommitBatch(ctx, tx, func(b *pgx.Batch) { b.Queue(store, args...) }))
+		return commitOutcome(txbatch.CommitBatch(ctx, tx, func(b *pgx.Batch) { b.Queue(store, args...) }))
 	}
 	return &owned{conn: pgxTx{tx}, tx: tx, folded: true, end: end}, nil
 }
@@ -209,7 +210,7 @@ func openPgx(ctx context.Context, conn *pgx.Conn, queue func(*pgx.Batch), releas
 func openSQL(ctx context.Context, db interface {
 	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
 }, queue func(*pgx.Batch)) (*owned, error) {
-	fctx, req := lockedtx.RequestBatch(ctx, queue)
+	fctx, req := txbatch.RequestBatch(ctx, queue)
 	tx, err := db.BeginTx(fctx, nil)
 	folded := req.Folded()
 	if err != nil {

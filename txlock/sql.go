@@ -11,6 +11,7 @@ import (
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/lockedtx"
 	"github.com/sqlock/sqlock/internal/nilcheck"
+	"github.com/sqlock/sqlock/internal/txbatch"
 )
 
 // DB is the database/sql handle Do runs on: *sql.DB, *sql.Conn, or a type
@@ -56,7 +57,7 @@ func OpenDB(config pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
 // (stdlib.GetConnector, stdlib.GetPoolConnector) as OpenDB does. Connections
 // of any other driver are passed through unchanged; Do still works on them,
 // with the lock as a statement of its own.
-func WrapConnector(c driver.Connector) driver.Connector { return lockedtx.WrapConnector(c) }
+func WrapConnector(c driver.Connector) driver.Connector { return txbatch.WrapConnector(c) }
 
 // refuseSQLCall is the refusal, before anything is sent, of a database/sql
 // call (Do, DoOptimistic) on a nil handle, with a nil fn, or on another

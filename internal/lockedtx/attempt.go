@@ -3,11 +3,11 @@ package lockedtx
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlock/sqlock/internal/txbatch"
 	"github.com/sqlock/sqlock/internal/waitbound"
 )
 
@@ -29,7 +29,7 @@ type Attempt struct {
 	est *waitbound.Estimates
 	// fold is the state of the request to fold the locks into a
 	// database/sql BEGIN (see foldRequest in fold.go).
-	fold atomic.Int32
+	fold txbatch.Fold
 }
 
 // Number is the 1-based attempt number.
@@ -40,7 +40,7 @@ func (a *Attempt) Number() int { return a.n }
 // and kept up to date).
 func (a *Attempt) useConn(c *pgx.Conn) {
 	if _, ok := a.ctx.Deadline(); ok && !a.plan.tryOnce {
-		a.est = &connStateOf(c).est
+		a.est = &txbatch.StateOf(c).Est
 	}
 }
 

@@ -14,11 +14,10 @@
 //	begin.go   the BeginFunc of a database/sql or pgx handle.
 //	fold.go    BEGIN with the locks in one round trip, where the connection
 //	           allows; the begin step reports whether it folded, and only if
-//	           not does run.go send the lock statements after BEGIN. (Its
-//	           RequestBatch folds other statements the same way: lease's
-//	           guard, idem's claim; BeginBatch and CommitBatch send
-//	           statements with a pgx BEGIN and with COMMIT: idem's claim and
-//	           result.)
+//	           not does run.go send the lock statements after BEGIN. The
+//	           batching under it (prepared batches, the database/sql
+//	           connection that sends a request's statements with BEGIN) is
+//	           internal/txbatch's, which lease and idem use alone.
 //	attempt.go one attempt's state: its wait bound (from the caller's
 //	           deadline and the connection's estimates) and the statements
 //	           carrying it.

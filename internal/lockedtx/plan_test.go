@@ -1,8 +1,6 @@
 package lockedtx
 
 import (
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -118,17 +116,6 @@ func TestTransactionModes(t *testing.T) {
 		if _, err := newPlan(advisory.KeyInt(1), &c); !errors.Is(err, sqlock.ErrInvalidOption) {
 			t.Errorf("%+v: %v", bad, err)
 		}
-	}
-	for level, want := range map[sql.IsolationLevel]string{
-		sql.LevelDefault: "", sql.LevelReadCommitted: "READ COMMITTED", sql.LevelSnapshot: "REPEATABLE READ",
-		sql.LevelSerializable: "SERIALIZABLE", sql.LevelReadUncommitted: "READ UNCOMMITTED",
-	} {
-		if got, ok := sqlIsolation(driver.IsolationLevel(level)); !ok || got != want {
-			t.Errorf("%v: %q %v", level, got, ok)
-		}
-	}
-	if _, ok := sqlIsolation(driver.IsolationLevel(sql.LevelLinearizable)); ok {
-		t.Error("linearizable accepted")
 	}
 }
 

@@ -14,14 +14,10 @@ import (
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/heldkeys"
 	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/txbatch"
 	"github.com/sqlock/sqlock/internal/waitbound"
 	"github.com/sqlock/sqlock/observe"
 )
-
-// cleanupTimeout bounds a ROLLBACK sent after a failure. It runs on a
-// context detached from the caller's cancellation, so a cancelled caller
-// still gets a clean rollback and keeps the connection.
-const cleanupTimeout = 5 * time.Second
 
 // Tx is the part of a begun transaction Run drives: the lock statements
 // (when BEGIN did not carry them), COMMIT and ROLLBACK.
@@ -302,7 +298,7 @@ type boundExecer interface {
 // cannot be sent, the driver closes the connection and the server rolls the
 // transaction back (and releases the locks) when it sees the connection go.
 func rollback(ctx context.Context, tx Tx) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txbatch.CleanupTimeout)
 	defer cancel()
 	_ = tx.Rollback(rctx)
 }

@@ -1,7 +1,9 @@
-package lockedtx
+package txbatch
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"slices"
 	"testing"
@@ -40,5 +42,21 @@ func TestBeginBatchRefusesStatementsAheadOfModes(t *testing.T) {
 		if _, err := BeginBatch(context.Background(), nil, o, ahead); !errors.Is(err, errAheadOfModes) {
 			t.Errorf("%+v: %v, want errAheadOfModes", o, err)
 		}
+	}
+}
+
+// sqlIsolation names database/sql's levels as pgx's stdlib driver does,
+// and refuses those PostgreSQL has no name for.
+func TestSQLIsolation(t *testing.T) {
+	for level, want := range map[sql.IsolationLevel]string{
+		sql.LevelDefault: "", sql.LevelReadCommitted: "READ COMMITTED", sql.LevelSnapshot: "REPEATABLE READ",
+		sql.LevelSerializable: "SERIALIZABLE", sql.LevelReadUncommitted: "READ UNCOMMITTED",
+	} {
+		if got, ok := sqlIsolation(driver.IsolationLevel(level)); !ok || got != want {
+			t.Errorf("%v: %q %v", level, got, ok)
+		}
+	}
+	if _, ok := sqlIsolation(driver.IsolationLevel(sql.LevelLinearizable)); ok {
+		t.Error("linearizable accepted")
 	}
 }
