@@ -7,7 +7,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
-	"github.com/sqlock/sqlock/internal/lockedtx"
+	"github.com/sqlock/sqlock/internal/txbatch"
 )
 
 // BeginGuarded begins a transaction on db that [Lease.Guard] has already
@@ -30,19 +30,19 @@ func (l *Lease) BeginGuarded(ctx context.Context, db interface {
 		return nil, &Error{Op: "guard", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil lease")}
 	}
 	if isNilDB(db) {
-		return nil, &Error{Op: "guard", Name: l.name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")}
+		return nil, &Error{Op: "guard", Name: l.Name(), Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")}
 	}
 	if err := l.localGuardError(); err != nil {
 		return nil, err
 	}
-	fctx, req := lockedtx.RequestBatch(ctx, l.QueueGuard)
+	fctx, req := txbatch.RequestBatch(ctx, l.QueueGuard)
 	tx, err := db.BeginTx(fctx, opts)
 	folded := req.Folded()
 	if err != nil {
 		if e := (*Error)(nil); errors.As(err, &e) && e.Op == "guard" {
 			return nil, err // the folded guard's own error
 		}
-		return nil, &Error{Op: "guard", Name: l.name, Cause: err}
+		return nil, &Error{Op: "guard", Name: l.Name(), Cause: err}
 	}
 	if folded {
 		return tx, nil
