@@ -707,8 +707,8 @@ func TestObserver(t *testing.T) {
 		}
 	}
 	for _, e := range rec.Events() {
-		if e.Source != "advisory" || e.Key != 5 {
-			t.Errorf("event %+v: want source advisory, key 5", e)
+		if e.Source != "advisory" || e.System != "postgresql" || e.Key != 5 {
+			t.Errorf("event %+v: want source advisory, system postgresql, key 5", e)
 		}
 		if e.Kind == observe.LockRelease && e.Hold <= 0 {
 			t.Errorf("release event without hold time: %+v", e)

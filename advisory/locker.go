@@ -113,8 +113,8 @@ func WithReleaseTimeout(d time.Duration) Option {
 }
 
 // WithObserver reports acquisitions (with outcome and wait time) and
-// releases (released or lost, with hold time) to o. The default does
-// nothing. Events come from the calling goroutine, except a loss found by
+// releases (released or lost, with hold time) to o, with Source "advisory"
+// and System "postgresql". The default does nothing. Events come from the calling goroutine, except a loss found by
 // a keepalive check, which is reported from the check's goroutine. If o
 // panics, the lock of the call (and its connection) is released before the
 // panic goes on; a panic on a loss, in the check's goroutine, ends the
@@ -297,7 +297,7 @@ func (l *Locker) do(ctx context.Context, op string, key Key, shared bool, fn fun
 }
 
 func (l *Locker) emit(ctx context.Context, e observe.Event) {
-	e.Source = "advisory"
+	e.Source, e.System = "advisory", "postgresql" // OpenTelemetry's db.system.name
 	l.cfg.obs.Observe(ctx, e)
 }
 

@@ -93,9 +93,10 @@ func WithoutRetry() Option {
 }
 
 // WithObserver reports lock events (observe.LockAcquire with the outcome
-// and the wait, observe.LockRelease with the hold time; Source "txlock")
-// and retries (observe.Retry) to o. If o panics, the transaction is rolled
-// back (its locks and connection released) before the panic goes on.
+// and the wait, observe.LockRelease with the hold time; Source "txlock",
+// System "postgresql") and retries (observe.Retry) to o. If o panics, the
+// transaction is rolled back (its locks and connection released) before
+// the panic goes on.
 // Several WithObserver options add up ([observe.Multi]); a nil o adds
 // nothing. The same holds in every sqlock package: see [observe].
 func WithObserver(o observe.Observer) Option {

@@ -212,7 +212,8 @@ func uniq(keys []advisory.Key) []advisory.Key {
 }
 
 // A successful transaction reports one acquisition and one release per
-// key, with the wait and the hold time, under Source "txlock".
+// key, with the wait and the hold time, under Source "txlock" and System
+// "postgresql".
 func TestObserverEvents(t *testing.T) {
 	noLeaks(t)
 	db := pgtest.New(t)
@@ -233,7 +234,7 @@ func TestObserverEvents(t *testing.T) {
 				if i >= 2 {
 					wantKind, wantOutcome = observe.LockRelease, observe.Released
 				}
-				if ev.Kind != wantKind || ev.Outcome != wantOutcome || ev.Source != "txlock" || ev.Key != int64(i%2+1) {
+				if ev.Kind != wantKind || ev.Outcome != wantOutcome || ev.Source != "txlock" || ev.System != "postgresql" || ev.Key != int64(i%2+1) {
 					t.Errorf("event %d: %+v", i, ev)
 				}
 				if (wantKind == observe.LockAcquire && ev.Wait <= 0) || (wantKind == observe.LockRelease && ev.Hold <= 0) {

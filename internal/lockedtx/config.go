@@ -102,7 +102,7 @@ func (c *Config) observe(ctx context.Context, p *plan, e observe.Event) {
 	if isNop(c.Observer) {
 		return
 	}
-	e.Source = "txlock"
+	e.Source, e.System = "txlock", "postgresql" // OpenTelemetry's db.system.name
 	e.Shared = p.shared
 	for _, k := range p.keys {
 		e.Key, e.Name = observedKey(k), k.Name()
