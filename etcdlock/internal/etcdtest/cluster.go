@@ -137,6 +137,10 @@ func startOnce(ctx context.Context, bin string, n, attempt int) (*Cluster, error
 			// A process crash keeps what the kernel has: the tests kill
 			// processes, never the machine, and the disk is shared.
 			"--unsafe-no-fsync",
+			// Clients ping every 2 s (Config): the server must not take
+			// that for abuse (its default floor is 5 s, above which it
+			// closes the connection with too_many_pings).
+			"--grpc-keepalive-min-time", "1s",
 			"--log-level", "warn",
 		}
 		if m.proc, err = serverproc.Start(dir, nil, watchdog, "etcdtest-watchdog", args...); err != nil {
@@ -167,8 +171,8 @@ func Config(endpoints ...string) clientv3.Config {
 	return clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          2 * time.Second,
-		DialKeepAliveTime:    time.Second,
-		DialKeepAliveTimeout: time.Second,
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
 		Logger:               zap.NewNop(),
 	}
 }
