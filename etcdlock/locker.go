@@ -1,0 +1,377 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"reflect"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/lazytimer"
+	"github.com/sqlock/sqlock/internal/ttllock"
+)
+
+// The TTLs a lock may have. etcd counts a lease's TTL in whole seconds
+// (a shorter TTL is rounded up, and the server grants at least 1.5 of its
+// election timeouts: 2 s with etcd's defaults), and refuses one above
+// 9,000,000,000 s.
+const (
+	MinTTL = time.Second
+	MaxTTL = 9_000_000_000 * time.Second
+)
+
+// MaxNameLen is the longest lock name, in bytes.
+const MaxNameLen = 1024
+
+// Locker takes locks on an etcd cluster. It is safe for concurrent use;
+// make one per client and share it.
+type Locker struct {
+	c      *clientv3.Client
+	cfg    config
+	err    error           // from New: nil client or invalid option
+	timers lazytimer.Queue // the held locks' deadlines and keepalives
+}
+
+// New returns a Locker on client.
+//
+// New does not fail: a nil client or an invalid option is reported, as an
+// error matching [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by
+// every acquisition.
+func New(client *clientv3.Client, opts ...Option) *Locker {
+	lk := &Locker{c: client}
+	lk.cfg, lk.err = buildConfig(opts)
+	switch {
+	case lk.err != nil:
+		lk.err = &Error{Op: "new", Cause: lk.err}
+	case client == nil || reflect.ValueOf(client).IsNil():
+		lk.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil client")}
+	}
+	return lk
+}
+
+// Acquire takes the lock called name for ttl, waiting in line while
+// someone else holds it, for at most the Locker's timeout (WithTimeout) or
+// ctx's deadline, whichever is first. A wait that runs out returns an
+// error matching [ErrTimeout]; a waiter that gives up (its context ended)
+// has left the line before Acquire returns.
+//
+// Waiters are served in the order they arrived (their keys' create
+// revisions), and each watches only the one before it, so a release wakes
+// one waiter. The lock's lease is kept alive every ttl/3 until Release;
+// [Lock.Lost] fires when it can no longer be trusted.
+func (lk *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
+	return lk.observed(ctx, "acquire", name, ttl, true)
+}
+
+// TryAcquire is Acquire without the wait: if the lock is held (or anyone
+// waits for it) it returns an error matching [ErrNotAcquired] at once. It
+// takes the lock in one transaction, after granting its lease.
+func (lk *Locker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
+	return lk.observed(ctx, "tryacquire", name, ttl, false)
+}
+
+// observed is acquire reported to the Locker's observer.
+func (lk *Locker) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lock, error) {
+	start := time.Now()
+	l, err := lk.acquire(ctx, op, name, ttl, wait, start)
+	if lk != nil && lk.cfg.obs != nil {
+		lk.cfg.observeFailure(ctx, name, start, err)
+	}
+	return l, err
+}
+
+// acquire takes the lock; began is when the acquisition began.
+//
+// Round trips: LeaseGrant, then one Txn that puts the caller's key and
+// reads its predecessor; TryAcquire's Txn puts the key only if the name
+// has none. A waiter then watches its predecessor and, when it is deleted,
+// reads (one Txn, which also checks that its own key still stands) the
+// next one.
+func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool, began time.Time) (*Lock, error) {
+	if lk == nil {
+		return nil, &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil Locker")}
+	}
+	if lk.err != nil {
+		return nil, lk.err
+	}
+	if err := check(ctx, op, name, ttl); err != nil {
+		return nil, err
+	}
+	ctx, cancel := ttllock.BoundWait(ctx, lk.cfg.timeout)
+	defer cancel()
+	// A member without a leader refuses at once instead of queueing the
+	// request until its own timeout.
+	rctx := clientv3.WithRequireLeader(ctx)
+	prefix := lk.cfg.prefix + url.PathEscape(name) + "/"
+	secs := int64(math.Ceil(ttl.Seconds()))
+
+	var (
+		sent        time.Time
+		lease       clientv3.LeaseID
+		key         string
+		rev, seen   int64
+		pred        []byte
+		notAcquired bool
+	)
+	for {
+		var err error
+		sent = time.Now()
+		lease, key, rev, seen, pred, notAcquired, err = lk.enqueue(rctx, prefix, secs, wait)
+		if err == nil {
+			break
+		}
+		// Acquire waits out a cluster without a leader (an election, a
+		// lost quorum) within its bound; TryAcquire reports it.
+		if !wait || ctx.Err() != nil {
+			return nil, lk.failed(op, name, ctx, err)
+		}
+		t := time.NewTimer(retryPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, lk.failed(op, name, ctx, err)
+		case <-t.C:
+		}
+	}
+	if notAcquired {
+		return nil, &Error{Op: op, Name: name, Err: ErrNotAcquired}
+	}
+	if pred != nil {
+		w := waiter{c: lk.c, lease: lease, ttl: ttl, sent: sent}
+		if err := w.wait(rctx, prefix, key, rev, pred, seen); err != nil {
+			lk.revoke(lease) // leave the line at once
+			if ctx.Err() != nil {
+				return nil, ctxError(op, name, ctx, nil)
+			}
+			return nil, &Error{Op: op, Name: name, Cause: err}
+		}
+		sent = w.sent
+	}
+	l := &Lock{c: lk.c, name: name, key: key, lease: lease, token: rev}
+	l.start(ctx, ttl, began, sent, lk.cfg.obs, &lk.timers)
+	return l, nil
+}
+
+// enqueue grants a lease and writes the caller's key under prefix with
+// it. wait: the key joins the line, and pred is its predecessor (seen at
+// revision seen), nil if it holds the lock; otherwise the key is written
+// only if prefix has none (notAcquired if it had). rev is the key's create
+// revision. A lease that holds no key when enqueue returns is revoked.
+func (lk *Locker) enqueue(ctx context.Context, prefix string, secs int64, wait bool) (lease clientv3.LeaseID, key string, rev, seen int64, pred []byte, notAcquired bool, err error) {
+	g, err := lk.c.Grant(ctx, secs)
+	if err != nil {
+		return 0, "", 0, 0, nil, false, err
+	}
+	lease = g.ID
+	key = fmt.Sprintf("%s%016x", prefix, int64(lease))
+	put := clientv3.OpPut(key, "", clientv3.WithLease(lease))
+	txn := lk.c.Txn(ctx)
+	if wait {
+		txn = txn.Then(clientv3.OpGet(prefix, clientv3.WithLastCreate()...), put)
+	} else {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()).Then(put)
+	}
+	resp, err := txn.Commit()
+	switch {
+	case err != nil:
+		lk.revoke(lease) // the answer may be lost, not the write
+		return 0, "", 0, 0, nil, false, err
+	case !resp.Succeeded:
+		lk.revoke(lease)
+		return 0, "", 0, 0, nil, true, nil
+	}
+	rev = resp.Header.Revision
+	if wait {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			pred = kvs[0].Key
+		}
+	}
+	return lease, key, rev, rev, pred, false, nil
+}
+
+// failed is a request's failure: the end of ctx if it has ended, the
+// request's error otherwise.
+func (lk *Locker) failed(op, name string, ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			err = nil // the context's end itself, which ctxError reports
+		}
+		return ctxError(op, name, ctx, err)
+	}
+	return &Error{Op: op, Name: name, Cause: err}
+}
+
+// revoke gives back a lease that holds no lock (a refused try, a waiter
+// that gave up, a request whose answer was lost): its key, if the cluster
+// wrote it, goes with it. Detached from the acquisition's context, with a
+// bound of its own; if it fails the lease expires by its TTL.
+func (lk *Locker) revoke(lease clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), ttllock.ReleaseTimeout)
+	defer cancel()
+	lk.c.Revoke(ctx, lease)
+}
+
+// check refuses bad input before anything is sent.
+func check(ctx context.Context, op, name string, ttl time.Duration) error {
+	switch {
+	case name == "":
+		return &Error{Op: op, Err: ErrInvalid, Cause: errors.New("empty name")}
+	case len(name) > MaxNameLen:
+		return &Error{Op: op, Name: name, Err: ErrInvalid,
+			Cause: fmt.Errorf("name of %d bytes is longer than %d", len(name), MaxNameLen)}
+	case ttl < MinTTL || ttl > MaxTTL:
+		return &Error{Op: op, Name: name, Err: ErrInvalid,
+			Cause: fmt.Errorf("TTL %v is outside [%v, %v] (etcd's leases are whole seconds)", ttl, MinTTL, MaxTTL)}
+	case ctx == nil:
+		return &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil context")}
+	}
+	return nil
+}
+
+// waiter is an acquisition in line: its key is written; it keeps its
+// lease alive while it waits.
+type waiter struct {
+	c     *clientv3.Client
+	lease clientv3.LeaseID
+	ttl   time.Duration
+	sent  time.Time // when the last confirmed grant or keepalive was sent
+	next  time.Time // when the next keepalive is due
+}
+
+// retryPause is the pause before a request of the wait that failed is
+// tried again.
+const retryPause = 50 * time.Millisecond
+
+// wait returns once key (created at rev) is the oldest under prefix: it
+// watches its predecessor pred (seen at revision seen) until it is
+// deleted, then reads the next one, until there is none. It fails if its
+// own key is gone (its lease expired while it waited) or ctx ends.
+func (w *waiter) wait(ctx context.Context, prefix, key string, rev int64, pred []byte, seen int64) error {
+	w.next = w.sent.Add(w.ttl / 3)
+	for {
+		if err := w.watchDelete(ctx, pred, seen); err != nil {
+			return err
+		}
+		for {
+			resp, err := w.c.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+				Then(clientv3.OpGet(prefix, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)).
+				Commit()
+			if err == nil {
+				if !resp.Succeeded {
+					return errors.New("the waiter's key is gone: its lease expired while it waited")
+				}
+				kvs := resp.Responses[0].GetResponseRange().Kvs
+				if len(kvs) == 0 {
+					return nil // the oldest: the lock is ours
+				}
+				pred, seen = kvs[0].Key, resp.Header.Revision
+				break
+			}
+			if _, _, err := w.sleep(ctx, nil); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// watchDelete waits until key is deleted after revision seen, keeping the
+// lease alive meanwhile. A watch that breaks (its member lost the leader
+// or died) is made again from the same revision.
+func (w *waiter) watchDelete(ctx context.Context, key []byte, seen int64) error {
+	for {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := w.c.Watch(wctx, string(key), clientv3.WithRev(seen+1), clientv3.WithFilterPut())
+		deleted, broken, err := w.events(ctx, wch)
+		cancel()
+		switch {
+		case err != nil:
+			return err
+		case deleted || errors.Is(broken, rpctypes.ErrCompacted):
+			return nil // gone, or its history is: the caller reads the line again
+		}
+		if _, _, err := w.sleep(ctx, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// events reads wch until a delete or the watch's end (broken says why),
+// keeping the lease alive; err is the end of ctx or of the lease.
+func (w *waiter) events(ctx context.Context, wch clientv3.WatchChan) (deleted bool, broken, err error) {
+	for {
+		resp, ok, err := w.sleep(ctx, wch)
+		switch {
+		case err != nil:
+			return false, nil, err
+		case !ok:
+			return false, errors.New("watch ended"), nil
+		case resp.Err() != nil:
+			return false, resp.Err(), nil
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == mvccpb.DELETE {
+				return true, nil, nil
+			}
+		}
+	}
+}
+
+// sleep waits for a response of ch, or (ch nil) for retryPause, sending
+// the lease's keepalives as they fall due (every ttl/3). It fails when ctx
+// ends or the lease can no longer be kept.
+func (w *waiter) sleep(ctx context.Context, ch clientv3.WatchChan) (resp clientv3.WatchResponse, ok bool, err error) {
+	var retry <-chan time.Time
+	if ch == nil {
+		t := time.NewTimer(retryPause)
+		defer t.Stop()
+		retry = t.C
+	}
+	for {
+		due := time.NewTimer(time.Until(w.next))
+		select {
+		case <-ctx.Done():
+			due.Stop()
+			return resp, false, ctx.Err()
+		case <-retry:
+			due.Stop()
+			return resp, false, nil
+		case resp, ok = <-ch:
+			due.Stop()
+			return resp, ok, nil
+		case <-due.C:
+			if err := w.renew(ctx); err != nil {
+				return resp, false, err
+			}
+		}
+	}
+}
+
+// renew sends one keepalive of the waiter's lease.
+func (w *waiter) renew(ctx context.Context) error {
+	sent := time.Now()
+	kctx, cancel := context.WithDeadline(ctx, w.sent.Add(w.ttl))
+	_, err := w.c.KeepAliveOnce(kctx, w.lease)
+	cancel()
+	switch {
+	case err == nil:
+		w.sent, w.next = sent, sent.Add(w.ttl/3)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("the waiter's lease expired while it waited: %w", err)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case !time.Now().Before(w.sent.Add(w.ttl)):
+		return fmt.Errorf("no keepalive of the waiter's lease confirmed within its TTL: %w", err)
+	default:
+		w.next = time.Now().Add(retryPause)
+	}
+	return nil
+}
