@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
-	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // countingClient is a one-connection client of s that counts the writes

@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // cmdLog records the arguments of every command a client sends, so that a

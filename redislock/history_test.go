@@ -11,8 +11,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
-	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // The model: a lock whose tokens guard a fenced register. Histories

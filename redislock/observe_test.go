@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock/internal/testing/observetest"
-	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // A Locker's observer sees, under Source "redislock" and the lock's key,

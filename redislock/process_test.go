@@ -14,8 +14,8 @@ import (
 
 	"github.com/sqlock/sqlock/internal/testing/exclusiontest"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
-	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // child starts the test binary as a worker with the given role and

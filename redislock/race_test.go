@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // keyEvents follows what happens to keys on one server, in the server's

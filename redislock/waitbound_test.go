@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/redislock/internal/redistest"
 	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
 // TestOwnTimeoutIsNotTheCallersDeadline: behind sqlock.Acquirer, a wait
