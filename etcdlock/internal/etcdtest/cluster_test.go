@@ -92,16 +92,20 @@ func TestRestartOfTheWholeClusterKeepsData(t *testing.T) {
 	}
 }
 
-// TestPausedMemberResumes: a member stopped with SIGSTOP is still a
-// process, and serves again after SIGCONT.
+// TestPausedMemberResumes: with a follower stopped by SIGSTOP the others
+// commit writes; after SIGCONT it serves them.
 func TestPausedMemberResumes(t *testing.T) {
 	ctx := context.Background()
 	c := etcdtest.New(t, 3)
-	m := c.Members[0]
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Others(leader)[0]
 	if err := m.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client(t, c.Members[1].ClientURL).Put(ctx, "k", "v"); err != nil {
+	if _, err := c.Client(t, leader.ClientURL).Put(ctx, "k", "v"); err != nil {
 		t.Fatalf("put with one member paused: %v", err)
 	}
 	if err := m.Resume(); err != nil {
