@@ -102,21 +102,9 @@ func TestPgBouncerDefaultExecModeNamesTheCure(t *testing.T) {
 					db.Exec("INSERT INTO counter VALUES ($1, 0)", id)
 				}
 				key := []advisory.Key{advisory.KeyPair(4, int32(id))}
-				failed := 0
-				for n := range 6 {
-					err := clients[n%2][i].do(ctx, key, func(ctx context.Context, tx q) error { return readThenWrite(ctx, tx, id) })
-					switch {
-					case err == nil:
-					case c.cured:
-						t.Fatalf("call %d with the cure: %v", n, err)
-					default:
-						pgtest.CheckPreparedTrap(t, err)
-						failed++
-					}
-				}
-				if !c.cured && failed == 0 {
-					t.Fatal("no call failed in pgx's default mode: the trap is not set")
-				}
+				pgtest.TakeTurnsThroughPreparedTrap(t, c.cured, func(n int) error {
+					return clients[n%2][i].do(ctx, key, func(ctx context.Context, tx q) error { return readThenWrite(ctx, tx, id) })
+				})
 			})
 		}
 	}

@@ -268,3 +268,28 @@ func CheckPreparedTrap(tb testing.TB, err error) {
 		tb.Fatalf("want an error matching sqlock.ErrUnsupported that names default_query_exec_mode=exec and wraps 42P05 or 26000; got (SQLSTATE %q) %v", code, err)
 	}
 }
+
+// TakeTurnsThroughPreparedTrap is the check of a package's calls through
+// StartPreparedTrap's PgBouncer: call(n), for n from 0 to 5, is the n-th
+// call, made by one of two clients taking turns on the pooler's one
+// server connection (client n%2). Through the cure every call must
+// succeed; through the trap every failure must be CheckPreparedTrap's
+// and at least one call must fail, or the trap was not set.
+func TakeTurnsThroughPreparedTrap(tb testing.TB, cured bool, call func(n int) error) {
+	tb.Helper()
+	failed := 0
+	for n := range 6 {
+		err := call(n)
+		switch {
+		case err == nil:
+		case cured:
+			tb.Fatalf("call %d with the cure: %v", n, err)
+		default:
+			CheckPreparedTrap(tb, err)
+			failed++
+		}
+	}
+	if !cured && failed == 0 {
+		tb.Fatal("no call failed in pgx's default mode: the trap is not set")
+	}
+}
