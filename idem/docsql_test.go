@@ -1,0 +1,37 @@
+package idem
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDocsPrintTheStatementsSent: the SQL docs/idem.md prints for the
+// table, the claim and the replay's read is the text the package sends
+// (on the default table), so that the explanation cannot drift from the
+// code.
+func TestDocsPrintTheStatementsSent(t *testing.T) {
+	doc, err := os.ReadFile("../docs/idem.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
+		blocks = append(blocks, normalSQL(m[1]))
+	}
+	st := buildStatements(tableName{Name: DefaultTable})
+	for name, sql := range map[string]string{"DDL": ddl(tableName{Name: DefaultTable}), "claim": st.claim, "recorded": st.recorded} {
+		found := false
+		for _, b := range blocks {
+			found = found || b == normalSQL(sql)
+		}
+		if !found {
+			t.Errorf("docs/idem.md does not print the %s statement as sent:\n%s", name, sql)
+		}
+	}
+}
+
+// normalSQL folds a statement's white space (the doc indents a block in a
+// list item).
+func normalSQL(s string) string { return strings.Join(strings.Fields(s), " ") }
