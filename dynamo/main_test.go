@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -16,8 +17,24 @@ func TestMain(m *testing.M) {
 	if target := os.Getenv(childEnv); target != "" {
 		os.Exit(runChild(target))
 	}
+	// The examples reach DYNAMODB_ENDPOINT, as a program would. The
+	// server is gone with the test binary (its watchdog sees the pipe
+	// close).
+	if os.Getenv("DYNAMODB_ENDPOINT") == "" {
+		s, err := dynamotest.Start(context.Background(), dynamotest.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		exampleServer = s
+		os.Setenv("DYNAMODB_ENDPOINT", s.Endpoint)
+	}
 	os.Exit(m.Run())
 }
+
+// exampleServer keeps the examples' server reachable: a Server that is
+// garbage collected closes its watchdog's pipe, which stops it.
+var exampleServer *dynamotest.Server
 
 // client is a client of the binary's shared dynalite server.
 func client(t testing.TB) *dynamodb.Client {
