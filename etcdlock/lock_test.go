@@ -305,3 +305,37 @@ func TestExclusionAmongGoroutines(t *testing.T) {
 		t.Fatalf("%d entries, want 320", entries.Load())
 	}
 }
+
+// TestWaiterOutlivesItsTTL: a waiter keeps its own lease alive while it
+// waits, so a wait longer than its TTL keeps its place in the line and
+// ends with the lock once the holder releases.
+func TestWaiterOutlivesItsTTL(t *testing.T) {
+	cl := sharedClient(t)
+	name := t.Name()
+	const ttl = 2 * time.Second
+	holder := mustAcquire(t, etcdlock.New(cl), name, time.Minute)
+	got := make(chan *etcdlock.Lock, 1)
+	go func() {
+		l, err := etcdlock.New(cl, etcdlock.WithTimeout(time.Minute)).Acquire(context.Background(), name, ttl)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitKeys(t, cl, name, 2)
+	time.Sleep(3 * ttl) // the wait outlasts the waiter's TTL, at any speed
+	if n := keys(t, cl, name); n != 2 {
+		t.Fatalf("%d keys after the waiter waited past its TTL, want the holder's and its own", n)
+	}
+	if err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.Fatal("the waiter did not get the lock")
+	}
+	if l.Token() <= holder.Token() {
+		t.Fatalf("waiter's token %d, not above the holder's %d", l.Token(), holder.Token())
+	}
+	released(t, l)
+}
