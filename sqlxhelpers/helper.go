@@ -11,6 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/jmoiron/sqlx/reflectx"
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 	"github.com/sqlock/sqlock/observe"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -128,17 +129,8 @@ func (h *Helper) execer(op string) (Execer, error) {
 	return h.ex, nil
 }
 
-func isNil(x any) bool {
-	if x == nil {
-		return true
-	}
-	rv := reflect.ValueOf(x)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
-}
+// isNil is internal/nilcheck's check, the one every package uses.
+func isNil(x any) bool { return nilcheck.Is(x) }
 
 // systemOf names the database a database/sql driver name serves as
 // OpenTelemetry's db.system.name spells it: "mysql" for MariaDB too (one
