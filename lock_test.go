@@ -22,7 +22,10 @@ func TestMain(m *testing.M) {
 }
 
 // backend is one way to get a sqlock.Acquirer: the only line a caller
-// changes to switch.
+// changes to switch. The backends of this module are listed here;
+// redislock, etcdlock and dynamo are modules of their own (a test here
+// would pull their clients into this module's graph) and each runs the
+// same promises from its own conformance test.
 type backend struct {
 	name   string
 	fenced bool
@@ -168,6 +171,23 @@ func TestBackendsReportTheSharedOutcomes(t *testing.T) {
 			<-lctx.Done()
 			if !errors.Is(lk.Err(), sqlock.ErrLost) || !errors.Is(context.Cause(lctx), sqlock.ErrLost) {
 				t.Fatalf("Err = %v, Context's cause = %v; want both to match sqlock.ErrLost", lk.Err(), context.Cause(lctx))
+			}
+		})
+	}
+}
+
+// TestBackendsRefuseABadNameWithTheSharedWord: whichever backend, the
+// empty name is an error matching sqlock.ErrInvalidArgument, with no
+// Lock, for Acquire and TryAcquire alike.
+func TestBackendsRefuseABadNameWithTheSharedWord(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			locks := b.open(t, pgtest.New(t), time.Second)
+			ctx := context.Background()
+			for name, f := range map[string]func(context.Context, string) (sqlock.Lock, error){"Acquire": locks.Acquire, "TryAcquire": locks.TryAcquire} {
+				if lk, err := f(ctx, ""); !errors.Is(err, sqlock.ErrInvalidArgument) || lk != nil {
+					t.Errorf("%s(\"\"): %v, %v; want nil, an error matching sqlock.ErrInvalidArgument", name, lk, err)
+				}
 			}
 		})
 	}
