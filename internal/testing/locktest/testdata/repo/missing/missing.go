@@ -1,0 +1,14 @@
+// Package missing is a backend with no conformance test: its lock has
+// value-receiver methods.
+package missing
+
+import "context"
+
+type Lock struct{ lost chan struct{} }
+
+func (l Lock) Release(ctx context.Context) error { return nil }
+func (l Lock) Lost() <-chan struct{}             { return l.lost }
+func (l Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithCancel(parent)
+}
+func (l Lock) Err() error { return nil }
