@@ -47,6 +47,7 @@ func parseModel(s *schema.Schema) *model {
 	var m *model
 	var fence *schema.Field
 	var fenceN vmodel.Int
+	var tags vmodel.Tags
 	for _, f := range s.Fields {
 		raw, ok := f.Tag.Lookup(vmodel.TagName)
 		if !ok {
@@ -55,46 +56,28 @@ func parseModel(s *schema.Schema) *model {
 		bad := func(reason string) *model {
 			return &model{ver: f, err: &versioned.TagError{Type: s.ModelType, Field: f.Name, Tag: raw, Reason: reason}}
 		}
-		tag, err := vmodel.ParseTag(raw)
-		if err != nil {
-			return bad(err.Error())
-		}
-		if tag.Key {
+		tag, n, reason := tags.Field(f.Name, raw, f.FieldType)
+		switch {
+		case tag.Key && reason == "":
 			continue // lock:"key" is for sqlx users; GORM has its own primary key
-		}
-		if f.DBName == "" {
+		case reason != "":
+			if tag.Version && !tags.Versioned() && f.FieldType.Kind() == reflect.Pointer { // a nullable version
+				reason += " (see NullPolicy for NULLs already in the table)"
+			}
+			return bad(reason)
+		case f.DBName == "":
 			return bad("GORM maps this field to no column (gorm:\"-\"?)")
+		case tag.Column != "" && tag.Column != f.DBName:
+			return bad("lock column=" + tag.Column + " differs from GORM's column " + f.DBName + `: name the column with gorm:"column:…"`)
 		}
 		for _, i := range f.StructField.Index {
 			if i < 0 { // GORM's mark for a step through an embedded pointer
 				return bad("the field is reached through an embedded pointer, which may be nil; embed the struct by value")
 			}
 		}
-		if tag.Column != "" && tag.Column != f.DBName {
-			return bad("lock column=" + tag.Column + " differs from GORM's column " + f.DBName + `: name the column with gorm:"column:…"`)
-		}
 		if tag.Fence {
-			switch n, reason := vmodel.IntOf(f.FieldType); {
-			case fence != nil:
-				return bad("a second fence field (the first is " + fence.Name + ")")
-			case f.PrimaryKey:
-				return bad("the fence cannot be the primary key")
-			case reason != "":
-				return bad("the fence must be a plain Go integer field (int64 holds every token), not " + f.FieldType.String())
-			default:
-				fence, fenceN = f, n
-			}
+			fence, fenceN = f, n
 			continue
-		}
-		if m != nil {
-			return bad("a second version field (the first is " + m.ver.Name + ")")
-		}
-		n, reason := vmodel.IntOf(f.FieldType)
-		if reason != "" {
-			if f.FieldType.Kind() == reflect.Pointer {
-				reason += " (see NullPolicy for NULLs already in the table)"
-			}
-			return bad(reason)
 		}
 		m = &model{
 			ver:    f,
@@ -104,20 +87,22 @@ func parseModel(s *schema.Schema) *model {
 			soft:   len(s.DeleteClauses) > 0,
 		}
 	}
-	if m == nil && fence != nil {
-		// A fence without a version would be skipped as an unversioned
-		// model: refuse it rather than write without the fence.
-		return &model{ver: fence, err: &versioned.TagError{Type: s.ModelType, Field: fence.Name, Tag: fence.Tag.Get(vmodel.TagName),
-			Reason: `a lock:"fence" field needs a lock:"version" field beside it`}}
-	}
-	if m == nil {
+	if !tags.Versioned() && !tags.Fenced() {
 		return unversioned
 	}
+	var column, fenceCol string
+	if m != nil {
+		column = m.column
+	}
 	if fence != nil {
-		if fence.DBName == m.column {
-			return &model{ver: fence, err: &versioned.TagError{Type: s.ModelType, Field: fence.Name, Tag: fence.Tag.Get(vmodel.TagName),
-				Reason: "the fence maps to the version's column " + m.column}}
-		}
+		fenceCol = fence.DBName
+	}
+	if reason := tags.Done(column, fenceCol, s.PrimaryFieldDBNames); reason != "" {
+		// A fence without a version is refused rather than skipped as an
+		// unversioned model, which would write without the fence.
+		return &model{ver: fence, err: &versioned.TagError{Type: s.ModelType, Field: fence.Name, Tag: fence.Tag.Get(vmodel.TagName), Reason: reason}}
+	}
+	if fence != nil {
 		m.fence, m.fenceN = fence, fenceN
 		m.fcol = clause.Column{Name: fence.DBName}
 		m.qfcol = clause.Column{Table: clause.CurrentTable, Name: fence.DBName}

@@ -4,110 +4,12 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
 )
-
-// TagName is the struct tag this package reads.
-const TagName = "lock"
-
-// Tag is a parsed lock tag. The grammar is a comma-separated list of
-// items, spaces around items ignored:
-//
-//	version          the field is the row's version (one per struct)
-//	key              the field is (part of) the row's key
-//	fence            the field is the row's fence: the fencing token of the
-//	                 last lock holder that wrote it (at most one per struct)
-//	column=NAME      the column's name, overriding db:"…" and snake_case
-//
-// Exactly one of version, key and fence must be present; anything else (an
-// empty tag, an empty or unknown item, a repeated item, an empty column) is
-// an error, so a typo such as lock:"verison" is caught rather than ignored.
-type Tag struct {
-	Version bool
-	Key     bool
-	Fence   bool
-	Column  string // "" unless column= was given
-}
-
-// ParseTag parses the value of a lock tag.
-func ParseTag(s string) (Tag, error) {
-	var t Tag
-	if strings.TrimSpace(s) == "" {
-		return t, fmt.Errorf("empty lock tag: want %q, %q or %q", "version", "key", "fence")
-	}
-	seenCol := false
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
-		switch {
-		case item == "":
-			return Tag{}, fmt.Errorf("empty item in lock tag %q", s)
-		case item == "version":
-			if t.Version {
-				return Tag{}, fmt.Errorf("%q repeated in lock tag", item)
-			}
-			t.Version = true
-		case item == "key":
-			if t.Key {
-				return Tag{}, fmt.Errorf("%q repeated in lock tag", item)
-			}
-			t.Key = true
-		case item == "fence":
-			if t.Fence {
-				return Tag{}, fmt.Errorf("%q repeated in lock tag", item)
-			}
-			t.Fence = true
-		case strings.HasPrefix(item, "column="):
-			if seenCol {
-				return Tag{}, fmt.Errorf("column= repeated in lock tag %q", s)
-			}
-			seenCol = true
-			t.Column = strings.TrimSpace(item[len("column="):])
-			if err := CheckIdent("tag", "column", t.Column); err != nil {
-				return Tag{}, fmt.Errorf("bad column in lock tag %q: %w", s, err)
-			}
-		default:
-			return Tag{}, fmt.Errorf("unknown item %q in lock tag (known: version, key, fence, column=NAME)", item)
-		}
-	}
-	var kinds []string
-	for _, k := range []struct {
-		on   bool
-		name string
-	}{{t.Version, "version"}, {t.Key, "key"}, {t.Fence, "fence"}} {
-		if k.on {
-			kinds = append(kinds, k.name)
-		}
-	}
-	switch len(kinds) {
-	case 2, 3:
-		return Tag{}, fmt.Errorf("lock tag %q: a field cannot be both %s and %s", s, kinds[0], kinds[1])
-	case 0:
-		return Tag{}, fmt.Errorf("lock tag %q: says none of version, key and fence", s)
-	}
-	return t, nil
-}
-
-// String returns the canonical form of t, which ParseTag reads back as t.
-func (t Tag) String() string {
-	var s string
-	switch {
-	case t.Version:
-		s = "version"
-	case t.Key:
-		s = "key"
-	case t.Fence:
-		s = "fence"
-	}
-	if t.Column != "" {
-		s += ",column=" + t.Column
-	}
-	return s
-}
 
 // Int is an integer version type: its bounds, and how a version of it is
 // read, stored and incremented. GORM's schema finds the field; this says
@@ -389,6 +291,7 @@ func parseModel(t reflect.Type) (*Model, error) {
 		return nil, &TagError{Type: t, Reason: "not a struct"}
 	}
 	m := &Model{Type: t}
+	var tags Tags
 	var idCands []*KeyField
 	idDepth := -1
 	var walk func(st reflect.Type, index []int, viaPtr string, seen []reflect.Type) error
@@ -406,7 +309,7 @@ func parseModel(t reflect.Type) (*Model, error) {
 				m.depths = append(m.depths, len(idx))
 			}
 			if tagged {
-				if err := m.addTagged(t, sf, idx, raw, viaPtr); err != nil {
+				if err := m.addTagged(&tags, t, sf, idx, raw, viaPtr); err != nil {
 					return err
 				}
 			} else if sf.IsExported() && viaPtr == "" && !sf.Anonymous && columnHint(sf, "") == "id" {
@@ -439,24 +342,21 @@ func parseModel(t reflect.Type) (*Model, error) {
 	if err := walk(t, nil, "", []reflect.Type{t}); err != nil {
 		return nil, err
 	}
-	if m.Version == nil {
-		return nil, &TagError{Type: t, Reason: `no field tagged lock:"version"`}
-	}
 	if len(m.Keys) == 0 && len(idCands) == 1 {
 		m.Keys = idCands
 	}
-	if f := m.Fence; f != nil {
-		bad := func(reason string) error {
-			return &TagError{Type: t, Field: f.Name, Tag: t.FieldByIndex(f.Index).Tag.Get(TagName), Reason: reason}
+	var ver, fence string
+	if m.Version != nil {
+		ver = m.Version.Column
+	}
+	if m.Fence != nil {
+		fence = m.Fence.Column
+	}
+	if reason := tags.Done(ver, fence, m.KeyColumns()); reason != "" {
+		if f := m.Fence; f != nil {
+			return nil, &TagError{Type: t, Field: f.Name, Tag: t.FieldByIndex(f.Index).Tag.Get(TagName), Reason: reason}
 		}
-		if f.Column == m.Version.Column {
-			return nil, bad("the fence maps to column " + strconv.Quote(f.Column) + ", the version's column")
-		}
-		for _, k := range m.Keys {
-			if k.Column == f.Column || slices.Equal(k.Index, f.Index) {
-				return nil, bad("the fence maps to column " + strconv.Quote(f.Column) + ", a key column")
-			}
-		}
+		return nil, &TagError{Type: t, Reason: reason}
 	}
 	return m, nil
 }
@@ -479,13 +379,13 @@ func containsType(ts []reflect.Type, t reflect.Type) bool {
 	return false
 }
 
-func (m *Model) addTagged(t reflect.Type, sf reflect.StructField, idx []int, raw, viaPtr string) error {
+func (m *Model) addTagged(tags *Tags, t reflect.Type, sf reflect.StructField, idx []int, raw, viaPtr string) error {
 	bad := func(reason string) error {
 		return &TagError{Type: t, Field: sf.Name, Tag: raw, Reason: reason}
 	}
-	tag, err := ParseTag(raw)
-	if err != nil {
-		return bad(err.Error())
+	tag, n, reason := tags.Field(sf.Name, raw, sf.Type)
+	if reason != "" {
+		return bad(reason)
 	}
 	if !sf.IsExported() {
 		return bad("the field is unexported, so it cannot be read or set")
@@ -497,27 +397,18 @@ func (m *Model) addTagged(t reflect.Type, sf reflect.StructField, idx []int, raw
 		m.Keys = append(m.Keys, keyField(sf, idx, tag.Column))
 		return nil
 	}
-	slot, what := &m.Version, "version"
-	if tag.Fence {
-		slot, what = &m.Fence, "fence"
-	}
-	if *slot != nil {
-		return bad("a second " + what + " field (the first is " + (*slot).Name + ")")
-	}
-	n, reason := IntOf(sf.Type)
-	if reason != "" {
-		if tag.Fence {
-			reason = "the fence must be a plain Go integer field (int64 holds every token), not " + sf.Type.String()
-		}
-		return bad(reason)
-	}
-	*slot = &Field{
+	f := &Field{
 		Int:    n,
 		Name:   sf.Name,
 		Index:  idx,
 		Column: columnHint(sf, tag.Column),
 		DBTag:  dbTag(sf),
 		owner:  t,
+	}
+	if tag.Fence {
+		m.Fence = f
+	} else {
+		m.Version = f
 	}
 	return nil
 }
