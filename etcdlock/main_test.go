@@ -22,8 +22,9 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
 	}
-	// The examples connect to ETCD_ENDPOINTS, as a program would.
-	if os.Getenv("ETCD_ENDPOINTS") == "" {
+	// The examples connect to ETCD_ENDPOINTS, as a program would. A worker
+	// process of the conformance suite brings its own.
+	if os.Getenv("ETCD_ENDPOINTS") == "" && os.Getenv("LOCKTEST_WORKER") == "" {
 		c, err := etcdtest.Start(context.Background(), 3)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
