@@ -30,7 +30,7 @@
 // names and TTLs refused with an error matching
 // [sqlock.ErrInvalidArgument]; an observer's panic releasing the lock;
 // exclusion across several OS processes (the test binary run again as
-// workers, a file witness of [exclusiontest]); and a history of a lock
+// workers, the file witness of internal/testing/exclusiontest); and a history of a lock
 // guarding a register, fenced by the tokens where the backend mints them,
 // recorded while holders lose their locks through Lose and checked for
 // linearizability with porcupine.

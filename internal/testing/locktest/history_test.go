@@ -20,7 +20,9 @@ func TestConformanceHistoryModelRejectsBrokenLocks(t *testing.T) {
 	acq := func(c int, call int64, tok int64) porcupine.Operation {
 		return op(c, call, call+1, opIn{kind: opAcquire}, opOut{ok: true, token: tok})
 	}
-	lose := func(c int, call int64) porcupine.Operation { return op(c, call, call+1, opIn{kind: opLose}, opOut{ok: true}) }
+	lose := func(c int, call int64) porcupine.Operation {
+		return op(c, call, call+1, opIn{kind: opLose}, opOut{ok: true})
+	}
 	write := func(c int, call int64, tok int64, ok bool) porcupine.Operation {
 		return op(c, call, call+1, opIn{kind: opWrite, token: tok, value: c + 1}, opOut{ok: ok})
 	}
