@@ -9,6 +9,10 @@ import (
 // Scripts lets the benchmarks send the package's scripts by hand.
 func Scripts() (acquire, release string) { return acquireScript.Hash(), releaseScript.Hash() }
 
+// RenewScript is the renewal script's hash, for a test's hook to tell a
+// renewal's EVALSHA from the other commands.
+func RenewScript() string { return extendScript.Hash() }
+
 // LoadScripts loads every script of the package on c's server, so that a
 // test's command log sees each sent as EVALSHA with its hash (a script
 // not loaded yet is sent again as EVAL with its source).

@@ -3,6 +3,9 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,47 +121,131 @@ func TestLostWhenTheKeyIsTakenOver(t *testing.T) {
 	}
 }
 
-// TestRenewalSurvivesTransientErrors: a lock held for 20 × TTL while,
-// every TTL/4, the client's connections are killed or the server is paused
-// for TTL/6 (the client's read timeout is shorter, so each pause is an
-// error too) is never lost, and its key never expires.
+// TestRenewalSurvivesTransientErrors: every renewal of a held lock meets
+// three faults in a row, injected by a client hook on the renewal's own
+// commands — the connections are killed on the server as the command goes
+// out, the command fails before it is sent, and the server extends the
+// key but its reply is replaced by an error — and is retried until one
+// attempt goes through. After six renewals so faulted the lock was never
+// lost, every fault was met in order, and the key is still the holder's:
+// Release deletes it. Nothing is paced by the clock: the faults follow
+// the renewals, whatever the machine's speed.
 func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	leakCheck(t)
 	s := redistest.New(t, redistest.Options{})
-	// The floor leaves a renewal's retries room for a scheduling stall of a
-	// few tens of milliseconds on a busy machine; 60 round trips, for a
-	// slow one.
-	ttl := max(600*time.Millisecond, 60*s.Latency(t))
+	ctx := context.Background()
+	admin := s.Client(t, nil)
+	faults := &renewalFaults{admin: admin, renewed: make(chan int, 100)}
 	c := s.Client(t, func(o *redis.Options) {
 		o.MaxRetries = -1 // every failure reaches the renewal
-		o.ReadTimeout = ttl / 12
-		o.ContextTimeoutEnabled = true
 	})
-	admin := s.Client(t, nil)
-	ctx := context.Background()
-	l := must[*redislock.Lock](t)(redislock.New(c).Acquire(ctx, "k", ttl))
-	faults := 0
-	for end := time.Now().Add(20 * ttl); time.Now().Before(end); faults++ {
-		time.Sleep(ttl / 4) // between faults
-		if faults%2 == 0 {
-			admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes")
-			continue
-		}
-		if err := s.Pause(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(ttl / 6) // the fault's length
-		if err := s.Resume(); err != nil {
-			t.Fatal(err)
+	if err := redislock.LoadScripts(ctx, c); err != nil {
+		t.Fatal(err) // each renewal is then one EVALSHA the hook can tell
+	}
+	c.AddHook(faults)
+	const renewals = 6
+	l := must[*redislock.Lock](t)(redislock.New(c).Acquire(ctx, "k", 3*time.Second))
+	for range renewals {
+		select {
+		case <-faults.renewed:
+		case <-l.Lost():
+			t.Fatalf("lost after %d faulted renewals: %v", faults.count(), l.Err())
 		}
 	}
 	if err := l.Err(); err != nil {
-		t.Fatalf("lost after %d faults: %v", faults, err)
+		t.Fatalf("lost: %v", err)
 	}
 	if err := l.Release(ctx); err != nil {
-		t.Fatalf("Release after %d faults: %v", faults, err)
+		t.Fatalf("Release after faulted renewals: %v", err)
 	}
-	t.Logf("TTL %v: held for 20 × TTL through %d faults", ttl, faults)
+	if n := must[int64](t)(admin.Exists(ctx, "k").Result()); n != 0 {
+		t.Fatal("the key outlived Release")
+	}
+	got := faults.log()
+	for i := range renewals {
+		want := []string{"killed", "unsent", "reply lost", "renewed"}
+		if len(got) < 4*(i+1) || !slices.Equal(got[4*i:4*i+4], want) {
+			t.Fatalf("renewal %d met %v, want %v (all: %v)", i+1, got[min(4*i, len(got)):], want, got)
+		}
+	}
+}
+
+// renewalFaults is a client hook that fails each renewal's first three
+// attempts, one fault of each kind, and lets the fourth through.
+type renewalFaults struct {
+	admin   *redis.Client
+	renewed chan int // one send per renewal that went through
+	mu      sync.Mutex
+	attempt int // of the current renewal
+	events  []string
+}
+
+var errInjected = errors.New("injected fault")
+
+func (f *renewalFaults) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *renewalFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (f *renewalFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isRenewal(cmd) {
+			return next(ctx, cmd)
+		}
+		f.mu.Lock()
+		f.attempt++
+		attempt := f.attempt
+		f.mu.Unlock()
+		var err error
+		switch attempt {
+		case 1: // the server drops the client's connections
+			f.admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes")
+			if err = next(ctx, cmd); err == nil {
+				err = errInjected // the pool had dialled afresh: fail it anyway
+			}
+			f.note("killed")
+		case 2: // fails before it is sent
+			err = errInjected
+			f.note("unsent")
+		case 3: // the server extends the key; the reply is lost
+			if err = next(ctx, cmd); err == nil {
+				err = errInjected
+			}
+			f.note("reply lost")
+		default:
+			if err = next(ctx, cmd); err == nil {
+				f.mu.Lock()
+				f.attempt = 0
+				f.mu.Unlock()
+				f.note("renewed")
+				f.renewed <- 1
+			}
+		}
+		if err != nil {
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (f *renewalFaults) note(e string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, e)
+}
+
+func (f *renewalFaults) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.events)
+}
+
+func (f *renewalFaults) count() int { return len(f.log()) }
+
+// isRenewal reports whether cmd is the renewal script's EVALSHA.
+func isRenewal(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	return len(args) > 1 && strings.EqualFold(cmd.Name(), "evalsha") && args[1] == redislock.RenewScript()
 }
 
 // TestContextCarriesTheFencingToken: a Lock's Context carries its token
