@@ -1,10 +1,10 @@
 package lease
 
 import (
-	"context"
 	"time"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // A Lease is a [sqlock.Lock] with a fencing token.
@@ -17,27 +17,5 @@ var _ sqlock.Fenced = (*Lease)(nil)
 // invalid ttl is reported by every acquisition, as [ErrInvalid]; one too
 // short for the network's round trips as [ErrTTLTooShort].
 func (m *Manager) Acquirer(ttl time.Duration) sqlock.Acquirer {
-	return withTTL{m, ttl}
-}
-
-type withTTL struct {
-	m   *Manager
-	ttl time.Duration
-}
-
-func (a withTTL) Acquire(ctx context.Context, name string) (sqlock.Lock, error) {
-	return asLock(a.m.Acquire(ctx, name, a.ttl))
-}
-
-func (a withTTL) TryAcquire(ctx context.Context, name string) (sqlock.Lock, error) {
-	return asLock(a.m.TryAcquire(ctx, name, a.ttl))
-}
-
-// asLock keeps a failed acquisition's nil *Lease from becoming a non-nil
-// sqlock.Lock.
-func asLock(l *Lease, err error) (sqlock.Lock, error) {
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
+	return ttllock.Acquirer(m.Acquire, m.TryAcquire, ttl)
 }

@@ -47,7 +47,7 @@ func TestTTLRefusalIsMeasuredAgain(t *testing.T) {
 	for range rttSamples {
 		m.observeRTT(200 * time.Millisecond)
 	}
-	l, err := m.acquire(ctx, "acquire", "spike", time.Second, false, time.Time{})
+	l, err := m.acquire(ctx, "acquire", "spike", time.Second, false)
 	if err != nil {
 		t.Fatalf("a 1 s TTL after a spike of 200 ms round trips: %v", err)
 	}
@@ -68,7 +68,7 @@ func TestTTLRefusalIsMeasuredAgain(t *testing.T) {
 	for range rttSamples {
 		slow.observeRTT(time.Hour) // only the measurement decides
 	}
-	if _, err := slow.acquire(ctx, "acquire", "far", 100*time.Millisecond, false, time.Time{}); !errors.Is(err, ErrTTLTooShort) {
+	if _, err := slow.acquire(ctx, "acquire", "far", 100*time.Millisecond, false); !errors.Is(err, ErrTTLTooShort) {
 		t.Fatalf("a 100 ms TTL over a ≥ 20 ms round trip: %v, want ErrTTLTooShort", err)
 	}
 	var n int

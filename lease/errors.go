@@ -1,10 +1,6 @@
 package lease
 
 import (
-	"context"
-	"errors"
-	"strings"
-
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/pgerror"
@@ -20,23 +16,23 @@ import (
 // lock backend's do.
 var (
 	// ErrNotAcquired: TryAcquire found the lease held by someone else.
-	ErrNotAcquired = errkind.New(sqlock.ErrNotAcquired, "lease: held by someone else")
+	ErrNotAcquired = sentinels.NotAcquired
 	// ErrTimeout: Acquire waited for its whole bound (WithTimeout, or the
 	// context's deadline, which then — and only then — also matches
 	// context.DeadlineExceeded) and the lease stayed held.
-	ErrTimeout = errkind.New(sqlock.ErrTimeout, "lease: timed out waiting for the lease")
+	ErrTimeout = sentinels.Timeout
 	// ErrLost: the lease can no longer be trusted — it was not renewed in
 	// time, the server no longer has it as this holder's, or it reached
 	// its maximum hold time. Guard refuses with it.
-	ErrLost = errkind.New(sqlock.ErrLost, "lease: lost")
+	ErrLost = sentinels.Lost
 	// ErrNotHeld: Release or Guard of a lease that was already released,
 	// or a Release the server refused because the lease had expired or
 	// been taken over (then nothing changed).
-	ErrNotHeld = errors.New("lease: not held")
+	ErrNotHeld = sentinels.NotHeld
 	// ErrInvalid: an empty, over-long or non-UTF-8 lease name, or a TTL
 	// under MinTTL. Nothing was sent. It matches [sqlock.ErrInvalidArgument]
 	// too.
-	ErrInvalid = errkind.New(sqlock.ErrInvalidArgument, "lease: invalid name or TTL")
+	ErrInvalid = sentinels.Invalid
 	// ErrTTLTooShort: a TTL shorter than 8 of the fastest round trips the
 	// Manager measured (after measuring once more): over this network a
 	// renewal every TTL/3 would have no room to be retried. Round trips
@@ -49,6 +45,10 @@ var (
 	ErrTTLTooShort = errkind.New(sqlock.ErrInvalidArgument, "lease: TTL too short for the measured round trips")
 )
 
+// sentinels are the errors every TTL lock backend reports, in this
+// package's words.
+var sentinels = ttllock.NewSentinels("lease", "lease", "name")
+
 // Error is the error type of this package.
 type Error struct {
 	Op    string // "acquire", "tryacquire", "renew", "hold", "release", "guard", "new", "migrate"
@@ -57,46 +57,11 @@ type Error struct {
 	Cause error  // the underlying error (database, context, detail), or nil
 }
 
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("lease: ")
-	b.WriteString(e.Op)
-	if e.Name != "" {
-		b.WriteString(" ")
-		b.WriteString(quoteName(e.Name))
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(strings.TrimPrefix(e.Err.Error(), "lease: "))
-	}
-	if e.Cause != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Cause.Error())
-	}
-	return b.String()
-}
+func (e *Error) Error() string { return ttllock.ErrorText("lease", e.Op, e.Name, e.Err, e.Cause) }
 
 // Unwrap returns the sentinel and the cause, so errors.Is and errors.As see
 // both.
-func (e *Error) Unwrap() []error {
-	errs := make([]error, 0, 2)
-	if e.Err != nil {
-		errs = append(errs, e.Err)
-	}
-	if e.Cause != nil {
-		errs = append(errs, e.Cause)
-	}
-	return errs
-}
-
-// quoteName shows a name in an error, cut to a readable length.
-func quoteName(s string) string {
-	const max = 64
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return `"` + s + `"`
-}
+func (e *Error) Unwrap() []error { return ttllock.Unwrap(e.Err, e.Cause) }
 
 // permanent reports whether a renewal error will not go away by trying
 // again: the statement itself is wrong for this database (the table was
@@ -112,15 +77,4 @@ func permanent(err error) bool {
 		}
 		return false
 	}
-}
-
-// ctxError turns the end of an acquisition's context into an error: a
-// wait that ran out is ErrTimeout — matching context.DeadlineExceeded only
-// when the caller's deadline, not WithTimeout, ended it — and a
-// cancellation is the context's cause.
-func ctxError(op, name string, ctx context.Context) error {
-	if timedOut, cause := ttllock.WaitEnd(ctx); timedOut {
-		return &Error{Op: op, Name: name, Err: ErrTimeout, Cause: cause}
-	}
-	return &Error{Op: op, Name: name, Cause: context.Cause(ctx)}
 }

@@ -32,4 +32,4 @@ func Statements(m *Manager) (acquire, release string) { return m.stmt.acquire, m
 
 // GuardStatement is m's guard statement and the owner l checks it with, for
 // the benchmark that runs it by hand with and without its row lock.
-func GuardStatement(m *Manager, l *Lease) (guard, owner string) { return m.stmt.guard, l.owner }
+func GuardStatement(m *Manager, l *Lease) (guard, owner string) { return m.stmt.guard, l.a.owner }

@@ -39,19 +39,19 @@ func (l *Lease) Guard(ctx context.Context, tx any) error {
 		return &Error{Op: "guard", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil lease")}
 	}
 	var run func(dest *int64) error
-	args := []any{l.name, l.owner}
+	args := []any{l.Name(), l.a.owner}
 	switch t := tx.(type) {
 	case nil:
-		return &Error{Op: "guard", Name: l.name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil transaction")}
+		return &Error{Op: "guard", Name: l.Name(), Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil transaction")}
 	case *sql.DB, *sql.Conn:
-		return &Error{Op: "guard", Name: l.name,
+		return &Error{Op: "guard", Name: l.Name(),
 			Cause: errkind.New(sqlock.ErrUnsupported, "lease: Guard needs a transaction, not a %T", tx)}
 	case pgx.Tx:
-		run = func(dest *int64) error { return t.QueryRow(ctx, l.m.stmt.guard, args...).Scan(dest) }
+		run = func(dest *int64) error { return t.QueryRow(ctx, l.a.m.stmt.guard, args...).Scan(dest) }
 	case sqlTx:
-		run = func(dest *int64) error { return t.QueryRowContext(ctx, l.m.stmt.guard, args...).Scan(dest) }
+		run = func(dest *int64) error { return t.QueryRowContext(ctx, l.a.m.stmt.guard, args...).Scan(dest) }
 	default:
-		return &Error{Op: "guard", Name: l.name,
+		return &Error{Op: "guard", Name: l.Name(),
 			Cause: errkind.New(sqlock.ErrUnsupported, "lease: Guard cannot run in a %T", tx)}
 	}
 	if err := l.localGuardError(); err != nil {
@@ -67,11 +67,11 @@ func (l *Lease) guardResult(err error) error {
 		return nil
 	}
 	if pgerror.Code(err) == pgerror.InvalidTextRepr && strings.Contains(err.Error(), guardMarker) {
-		l.h.MarkLost(errors.New("a guard found the lease no longer this holder's on the server"))
-		return &Error{Op: "guard", Name: l.name, Err: ErrLost,
+		l.tl.Hold().MarkLost(errors.New("a guard found the lease no longer this holder's on the server"))
+		return &Error{Op: "guard", Name: l.Name(), Err: ErrLost,
 			Cause: errors.New("the server no longer has the lease as this holder's (expired or taken over); the transaction is aborted")}
 	}
-	return &Error{Op: "guard", Name: l.name, Cause: pgerror.PoolerPrepared(err)}
+	return &Error{Op: "guard", Name: l.Name(), Cause: pgerror.PoolerPrepared(err)}
 }
 
 // QueueGuard queues the check of [Lease.Guard] in b, a pgx batch to be
@@ -83,14 +83,14 @@ func (l *Lease) guardResult(err error) error {
 // lost lease queues a statement that fails the same way without asking
 // the server.
 func (l *Lease) QueueGuard(b *pgx.Batch) {
-	if released, lost := l.h.Status(); released || lost != nil {
+	if released, lost := l.tl.Hold().Status(); released || lost != nil {
 		b.Queue(`SELECT ($1::text)::bigint`, guardMarker+"0").QueryRow(func(r pgx.Row) error {
 			var token int64
 			return l.guardResult(r.Scan(&token))
 		})
 		return
 	}
-	b.Queue(l.m.stmt.guard, l.name, l.owner).QueryRow(func(r pgx.Row) error {
+	b.Queue(l.a.m.stmt.guard, l.Name(), l.a.owner).QueryRow(func(r pgx.Row) error {
 		var token int64
 		return l.guardResult(r.Scan(&token))
 	})
@@ -99,12 +99,12 @@ func (l *Lease) QueueGuard(b *pgx.Batch) {
 // localGuardError is Guard's refusal of a lease that is released or
 // locally lost, nil otherwise.
 func (l *Lease) localGuardError() error {
-	released, lostErr := l.h.Status()
+	released, lostErr := l.tl.Hold().Status()
 	switch {
 	case released:
-		return &Error{Op: "guard", Name: l.name, Err: ErrNotHeld, Cause: errors.New("already released")}
+		return &Error{Op: "guard", Name: l.Name(), Err: ErrNotHeld, Cause: errors.New("already released")}
 	case lostErr != nil:
-		return &Error{Op: "guard", Name: l.name, Err: ErrLost, Cause: lostErr}
+		return &Error{Op: "guard", Name: l.Name(), Err: ErrLost, Cause: lostErr}
 	}
 	return nil
 }

@@ -13,9 +13,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
-	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/internal/ttllock"
-	"github.com/sqlock/sqlock/observe"
 )
 
 // MinTTL is the shortest TTL a lease may have (shorter: [ErrInvalid]). A
@@ -36,13 +34,11 @@ const rttSamples = 4
 // Manager acquires leases in one table of one database. It is safe for
 // concurrent use; make one per pool and share it.
 type Manager struct {
+	base ttllock.Base // the options, New's error, the held leases' timers
 	b    backend
 	cfg  config
-	err  error // from New: nil handle or invalid option
 	stmt statements
 	ntf  *notifier // nil when polling
-
-	timers lazytimer.Queue // the held leases' deadlines and renewals
 
 	rtt  atomic.Int64 // fastest round trip of acquire and renew seen, in ns
 	rttN atomic.Int64 // how many round trips were seen
@@ -65,16 +61,18 @@ type Manager struct {
 // every method.
 func New[DB Handle](db DB, opts ...Option) *Manager {
 	m := &Manager{}
-	m.cfg, m.err = buildConfig(opts)
-	if m.err != nil {
-		m.err = &Error{Op: "new", Cause: m.err}
+	var err error
+	m.cfg, err = buildConfig(opts)
+	if err != nil {
+		m.base.Init(&kit, m.cfg.Config, &Error{Op: "new", Cause: err})
 		return m
 	}
 	m.b = newBackend(db)
 	if m.b == nil {
-		m.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")}
+		m.base.Init(&kit, m.cfg.Config, &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")})
 		return m
 	}
+	m.base.Init(&kit, m.cfg.Config, nil)
 	m.stmt = buildStatements(m.cfg.table)
 	if m.cfg.poll == 0 {
 		m.ntf = newNotifier(m.b, m.cfg.table.channel())
@@ -102,83 +100,121 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, ttl time.Duration
 	return m.observed(ctx, "tryacquire", name, ttl, false)
 }
 
-// observed is acquire reported to the Manager's observer.
+// observed is an acquisition, which the TTL-lock toolkit reports to the
+// Manager's observer.
 func (m *Manager) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {
-	if m == nil || m.cfg.obs == nil {
-		return m.acquire(ctx, op, name, ttl, wait, time.Time{})
+	if m == nil {
+		return nil, kit.NilHandle(op, name, "Manager")
 	}
-	start := time.Now()
-	l, err := m.acquire(ctx, op, name, ttl, wait, start)
-	ttllock.ObserveFailure(ctx, m.cfg.obs, observe.Event{Source: "lease", Name: name}, start, err, ErrInvalid)
-	return l, err
+	return m.acquire(ctx, op, name, ttl, wait)
 }
 
-// acquire takes the lease; began is when the acquisition began (its
-// observed wait).
-func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool, began time.Time) (*Lease, error) {
-	if m == nil {
-		return nil, &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil Manager")}
-	}
-	if m.err != nil {
-		return nil, m.err
-	}
-	if err := m.check(name, ttl); err != nil {
-		return nil, &Error{Op: op, Name: name, Err: ErrInvalid, Cause: err}
-	}
-	if ctx == nil {
-		return nil, &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil context")}
-	}
-	ctx, cancel := ttllock.BoundWait(ctx, m.cfg.timeout)
-	defer cancel()
-	if m.ttlTooShort(ttl) != nil {
-		m.remeasure(ctx)
-		if err := m.ttlTooShort(ttl); err != nil {
-			return nil, &Error{Op: op, Name: name, Err: ErrTTLTooShort, Cause: err}
+// acquire takes the lease through the TTL-lock toolkit.
+func (m *Manager) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lease, error) {
+	a := &acquisition{m: m, owner: newOwner(), listen: m.ntf != nil}
+	defer a.close()
+	return ttllock.Acquire(ctx, &m.base, a, ttllock.Request{Op: op, Name: name, TTL: ttl, Wait: wait},
+		func() (*Lease, *ttllock.Lock) {
+			l := &Lease{a: a}
+			return l, &l.tl
+		})
+}
+
+// acquisition is one acquisition of a lease: its owner id, which every
+// attempt, renewal and release carries, and its wait for a release's
+// notification. To the TTL-lock toolkit it is the store (a ttllock.Store
+// and Pauser) and, once granted, the lease's server side (ttllock.Held).
+type acquisition struct {
+	m      *Manager
+	name   string
+	owner  string
+	ttl    time.Duration
+	sub    *subscription // the release notifications, once subscribed
+	listen bool          // subscribe before the next pause
+}
+
+func (a *acquisition) close() { a.sub.close() }
+
+// Check refuses bad input before anything is sent.
+func (a *acquisition) Check(name string, ttl time.Duration) (time.Duration, error) {
+	return ttl, a.m.check(name, ttl)
+}
+
+// Admit refuses a TTL too short for the round trips measured, after
+// measuring once more.
+func (a *acquisition) Admit(ctx context.Context, ttl time.Duration) error {
+	if a.m.ttlTooShort(ttl) != nil {
+		a.m.remeasure(ctx)
+		if err := a.m.ttlTooShort(ttl); err != nil {
+			return ttllock.Refuse(ErrTTLTooShort, err)
 		}
 	}
-	owner := newOwner()
-	var sub *subscription
-	defer func() { sub.close() }()
-	listen := m.ntf != nil
-	for {
-		sent := time.Now()
-		token, remaining, err := m.try(ctx, name, owner, ttl)
-		if err != nil {
-			m.cleanUp(name, owner)
-			if ctx.Err() != nil {
-				return nil, ctxError(op, name, ctx)
-			}
-			return nil, &Error{Op: op, Name: name, Cause: err}
-		}
-		m.observeRTT(time.Since(sent))
-		if token > 0 {
-			return m.newLease(ctx, name, owner, token, ttl, began, sent), nil
-		}
-		if !wait {
-			return nil, &Error{Op: op, Name: name, Err: ErrNotAcquired}
-		}
-		if sub != nil && sub.dead.Load() {
-			sub.close()
-			sub = nil
-		}
-		if sub == nil && listen {
-			// Listen, then try again at once: a release between the failed
-			// try and the LISTEN is seen by the try, one after by the
-			// notification.
-			s, err := m.ntf.subscribe(ctx, name)
-			if err == nil {
-				sub = s
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil, ctxError(op, name, ctx)
-			}
-			listen = false // this wait polls
-		}
-		if err := m.pause(ctx, sub, remaining); err != nil {
-			return nil, ctxError(op, name, ctx)
-		}
+	return nil
+}
+
+// Grant is one attempt; a failed one gives back what the server may have
+// granted.
+func (a *acquisition) Grant(ctx context.Context, name string, ttl time.Duration, _ bool) (ttllock.Grant, error) {
+	a.name, a.ttl = name, ttl
+	sent := time.Now()
+	token, remaining, err := a.m.try(ctx, name, a.owner, ttl)
+	if err != nil {
+		a.m.cleanUp(name, a.owner)
+		return ttllock.Grant{}, err
 	}
+	a.m.observeRTT(time.Since(sent))
+	if token > 0 {
+		return ttllock.Grant{Held: a, Token: token}, nil
+	}
+	return ttllock.Grant{Remaining: time.Duration(remaining) * time.Microsecond}, nil
+}
+
+// Pause waits for the next attempt. The first pause of a listening
+// Manager subscribes to the release notifications and then tries again at
+// once: a release between the failed try and the LISTEN is seen by the
+// try, one after by the notification.
+func (a *acquisition) Pause(ctx context.Context, remaining time.Duration) error {
+	if a.sub != nil && a.sub.dead.Load() {
+		a.sub.close()
+		a.sub = nil
+	}
+	if a.sub == nil && a.listen {
+		s, err := a.m.ntf.subscribe(ctx, a.name)
+		if err == nil {
+			a.sub = s
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a.listen = false // this wait polls
+	}
+	return a.m.pause(ctx, a.sub, remaining)
+}
+
+// Renew extends the lease by its TTL, owner-checked.
+func (a *acquisition) Renew(ctx context.Context) (refused bool, err error) {
+	sent := time.Now()
+	var token int64
+	err = a.m.b.queryRow(ctx, a.m.stmt.renew, []any{a.name, a.owner, a.ttl.Microseconds()}, &token)
+	switch {
+	case err == nil:
+		a.m.observeRTT(time.Since(sent))
+		return false, nil
+	case errors.Is(err, errNoRows):
+		return true, nil
+	}
+	return permanent(err), err
+}
+
+// Release ends the lease now, owner-checked, and wakes waiters.
+func (a *acquisition) Release(ctx context.Context) (notHeld bool, err error) {
+	var one int
+	err = a.m.b.queryRow(ctx, a.m.stmt.release, []any{a.name, a.owner}, &one)
+	if errors.Is(err, errNoRows) {
+		return true, nil
+	}
+	return false, err
 }
 
 // try is one attempt: the lease's token if it was granted (0 if not), and
@@ -217,7 +253,7 @@ const (
 // pause waits before the next try: for a notification (when subscribed),
 // the holder's expiry, or a poll interval, whichever is first. It returns
 // the context's error if ctx ends first.
-func (m *Manager) pause(ctx context.Context, sub *subscription, remaining int64) error {
+func (m *Manager) pause(ctx context.Context, sub *subscription, remaining time.Duration) error {
 	d := safetyPoll
 	if m.safety > 0 {
 		d = m.safety
@@ -231,8 +267,8 @@ func (m *Manager) pause(ctx context.Context, sub *subscription, remaining int64)
 	}
 	switch {
 	case remaining > 0:
-		d = min(d, time.Duration(remaining)*time.Microsecond+expiryGrace+rand.N(expiryGrace))
-	case remaining == 0 || remaining == -1 && sub != nil:
+		d = min(d, remaining+expiryGrace+rand.N(expiryGrace))
+	case remaining == 0 || remaining < 0 && sub != nil:
 		// Expired but not ours (someone was quicker), or not visible yet:
 		// a fresh holder's row is being written.
 		d = min(d, retrySoon/2+rand.N(retrySoon))

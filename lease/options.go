@@ -5,6 +5,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -15,15 +16,13 @@ const DefaultTimeout = 5 * time.Second
 const DefaultTable = "sqlock_leases"
 
 type config struct {
-	table   tableName
-	timeout time.Duration
-	poll    time.Duration    // > 0: wait by polling, never LISTEN
-	maxHold time.Duration    // > 0: Lost fires after this long, renewed or not
-	obs     observe.Observer // nil: none
+	ttllock.Config // the timeout, the maximum hold, the observer
+	table          tableName
+	poll           time.Duration // > 0: wait by polling, never LISTEN
 }
 
 func defaultConfig() config {
-	return config{table: tableName{name: DefaultTable}, timeout: DefaultTimeout}
+	return config{Config: kit.NewConfig(), table: tableName{name: DefaultTable}}
 }
 
 // Option configures a Manager, Migrate or DDL.
@@ -50,13 +49,7 @@ func WithTable(name string) Option {
 // negative: an error matching [sqlock.ErrInvalidOption]): no wait is
 // unbounded, and TryAcquire does not wait.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return errkind.New(sqlock.ErrInvalidOption, "lease: timeout %v must be positive", d)
-		}
-		c.timeout = d
-		return nil
-	}
+	return func(c *config) error { return c.SetTimeout(d) }
 }
 
 // WithPolling makes waiters poll for a release every interval (each wait
@@ -80,37 +73,24 @@ func WithPolling(interval time.Duration) Option {
 // once d has passed since it was acquired, however often it was renewed.
 // It must be positive; the default is no cap.
 func WithMaxHold(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return errkind.New(sqlock.ErrInvalidOption, "lease: maximum hold %v must be positive", d)
-		}
-		c.maxHold = d
-		return nil
-	}
+	return func(c *config) error { return c.SetMaxHold(d) }
 }
 
 // WithObserver reports each acquisition (observe.LockAcquire with the
 // outcome and the wait), each lease's end (observe.LockRelease: Released,
 // or Lost, with the hold time) and each renewal that failed and will be
-// tried again (observe.Retry, cause "renew") to o, with Source "lease" and
-// the lease's name as Name. Several WithObserver options add up
-// ([observe.Multi]); a nil o adds nothing.
+// tried again (observe.Retry, cause "renew") to o, with Source "lease",
+// System "postgresql" and the lease's name as Name. Several WithObserver
+// options add up ([observe.Multi]); a nil o adds nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
-		c.obs = observe.Multi(c.obs, o)
+		c.AddObserver(o)
 		return nil
 	}
 }
 
 func buildConfig(opts []Option) (config, error) {
 	c := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&c); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+	err := ttllock.Apply(&c, opts)
+	return c, err
 }

@@ -68,6 +68,7 @@ func waitOnFake(t *testing.T, f *fakeHeld, opts ...Option) []time.Duration {
 		t.Fatal(err)
 	}
 	m := &Manager{b: f, cfg: cfg, stmt: buildStatements(cfg.table)}
+	m.base.Init(&kit, cfg.Config, nil)
 	f.acquire = m.stmt.acquire
 	if cfg.poll == 0 {
 		m.ntf = newNotifier(f, cfg.table.channel())
@@ -77,8 +78,8 @@ func waitOnFake(t *testing.T, f *fakeHeld, opts ...Option) []time.Duration {
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Acquire of a held lease: %v, want ErrTimeout", err)
 	}
-	if took := time.Since(start); took != cfg.timeout {
-		t.Fatalf("the wait ended after %v, not at its bound %v", took, cfg.timeout)
+	if took := time.Since(start); took != cfg.Timeout {
+		t.Fatalf("the wait ended after %v, not at its bound %v", took, cfg.Timeout)
 	}
 	return f.gaps()
 }

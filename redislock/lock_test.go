@@ -302,3 +302,35 @@ func TestAcquirersAdaptEachBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestWithMaxHoldEndsTheTrustAtItsCap: with WithMaxHold, a Locker's and a
+// Redlock's lock of a one-minute TTL is lost at the cap, long before any
+// expiry could, its Err matching ErrLost (and sqlock's) and naming the
+// maximum hold; the key is still the holder's, so Release deletes it. A
+// cap that is not positive is ErrInvalidOption.
+func TestWithMaxHoldEndsTheTrustAtItsCap(t *testing.T) {
+	leakCheck(t)
+	servers := redistest.NewN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	capped := redislock.WithMaxHold(200 * time.Millisecond)
+	lk := redislock.New(servers[0].Client(t, nil), capped)
+	rl := redislock.NewRedlock(clients(t, servers), capped)
+	for name, acquire := range map[string]func() (sqlock.Lock, error){
+		"Locker":  func() (sqlock.Lock, error) { return lk.Acquire(ctx, "capped", time.Minute) },
+		"Redlock": func() (sqlock.Lock, error) { return rl.Acquire(ctx, "capped-r", time.Minute) },
+	} {
+		l := must[sqlock.Lock](t)(acquire())
+		<-l.Lost()
+		if err := l.Err(); !errors.Is(err, redislock.ErrLost) || !errors.Is(err, sqlock.ErrLost) || !strings.Contains(err.Error(), "maximum hold") {
+			t.Errorf("%s: Err %v, want ErrLost for the maximum hold", name, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release of a capped lock whose key is still its own: %v", name, err)
+		}
+	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := redislock.New(servers[0].Client(t, nil), redislock.WithMaxHold(d)).TryAcquire(ctx, "k", time.Second); !errors.Is(err, sqlock.ErrInvalidOption) {
+			t.Errorf("WithMaxHold(%v): %v, want ErrInvalidOption", d, err)
+		}
+	}
+}

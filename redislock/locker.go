@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"time"
@@ -15,8 +14,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
-	"github.com/sqlock/sqlock/internal/lazytimer"
-	ihold "github.com/sqlock/sqlock/internal/ttllock"
+	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // MinTTL is the shortest TTL a lock may have: below it the drift allowance
@@ -110,10 +108,8 @@ return 0`)
 // Locker takes locks on one Redis server. It is safe for concurrent use;
 // make one per client and share it.
 type Locker struct {
-	c      redis.UniversalClient
-	cfg    config
-	err    error           // from New: nil client or invalid option
-	timers lazytimer.Queue // the held locks' deadlines and renewals
+	base ttllock.Base // the options, New's error, the held locks' timers
+	c    redis.UniversalClient
 }
 
 // New returns a Locker on client (a *redis.Client, a *redis.ClusterClient,
@@ -124,13 +120,14 @@ type Locker struct {
 // every method.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	lk := &Locker{c: client}
-	lk.cfg, lk.err = buildConfig(opts)
+	cfg, err := buildConfig(opts)
 	switch {
-	case lk.err != nil:
-		lk.err = &Error{Op: "new", Cause: lk.err}
+	case err != nil:
+		err = &Error{Op: "new", Cause: err}
 	case isNil(client):
-		lk.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil client")}
+		err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil client")}
 	}
+	lk.base.Init(&kit, cfg.Config, err)
 	return lk
 }
 
@@ -152,111 +149,58 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 	return lk.observed(ctx, "tryacquire", key, ttl, false)
 }
 
-// observed is acquire reported to the Locker's observer.
+// observed is an acquisition, which the TTL-lock toolkit reports to the
+// Locker's observer.
 func (lk *Locker) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*Lock, error) {
-	if lk == nil || lk.cfg.obs == nil {
-		return lk.acquire(ctx, op, key, ttl, wait, time.Time{})
+	if lk == nil {
+		return nil, kit.NilHandle(op, key, "Locker")
 	}
-	start := time.Now()
-	l, err := lk.acquire(ctx, op, key, ttl, wait, start)
-	lk.cfg.observeFailure(ctx, key, start, err)
-	return l, err
+	return ttllock.Acquire(ctx, &lk.base, (*lockerStore)(lk), ttllock.Request{Op: op, Name: key, TTL: ttl, Wait: wait},
+		func() (*Lock, *ttllock.Lock) {
+			l := &Lock{}
+			return l, &l.tl
+		})
 }
 
-// acquire takes the lock; began is when the acquisition began (its
-// observed wait).
-func (lk *Locker) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool, began time.Time) (*Lock, error) {
-	if lk == nil {
-		return nil, &Error{Op: op, Key: key, Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil Locker")}
+// lockerStore is a Locker seen by the TTL-lock toolkit: one script per
+// attempt.
+type lockerStore Locker
+
+func (s *lockerStore) Check(key string, ttl time.Duration) (time.Duration, error) {
+	return check(key, ttl)
+}
+
+// Grant is one attempt, with a fresh owner, so that a late command of one
+// given up cannot touch the next's key.
+func (s *lockerStore) Grant(ctx context.Context, key string, ttl time.Duration, _ bool) (ttllock.Grant, error) {
+	srv := &oneServer{c: s.c, keys: lockKeys(s.c, key), owner: newOwner(), ttl: ttl.Milliseconds()}
+	res, err := acquireScript.Run(ctx, s.c, srv.keys, srv.owner, srv.ttl).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
 	}
-	if lk.err != nil {
-		return nil, lk.err
-	}
-	ttl, err := check(ctx, op, key, ttl)
 	if err != nil {
-		return nil, err
+		srv.cleanUp() // the answer may be lost, not the grant
+		return ttllock.Grant{}, err
 	}
-	if wait { // a single attempt needs no timer of its own
-		var cancel context.CancelFunc
-		ctx, cancel = ihold.BoundWait(ctx, lk.cfg.timeout)
-		defer cancel()
+	if res[0] > 0 {
+		return ttllock.Grant{Held: srv, Token: res[0]}, nil
 	}
-	keys := lockKeys(lk.c, key)
-	var w waiter
-	for {
-		// A fresh owner for each attempt, so that a late command of one
-		// given up cannot touch the next's key.
-		srv := &oneServer{c: lk.c, keys: keys, owner: newOwner(), ttl: ttl.Milliseconds()}
-		sent := time.Now()
-		res, err := acquireScript.Run(ctx, lk.c, srv.keys, srv.owner, srv.ttl).Int64Slice()
-		if err == nil && len(res) != 2 {
-			err = fmt.Errorf("unexpected reply %v", res)
-		}
-		if err != nil {
-			srv.cleanUp() // the answer may be lost, not the grant
-			if ctx.Err() != nil {
-				return nil, ctxError(op, key, ctx, nil)
-			}
-			return nil, &Error{Op: op, Key: key, Cause: err}
-		}
-		if res[0] > 0 {
-			l := &Lock{token: res[0]}
-			l.start(ctx, srv, key, ttl, began, sent, lk.cfg.obs, &lk.timers)
-			return l, nil
-		}
-		if !wait {
-			return nil, &Error{Op: op, Key: key, Err: ErrNotAcquired}
-		}
-		if !w.pause(ctx, time.Duration(res[1])*time.Millisecond) {
-			return nil, ctxError(op, key, ctx, nil)
-		}
-	}
+	return ttllock.Grant{Remaining: time.Duration(res[1]) * time.Millisecond}, nil
 }
 
 // check refuses bad input before anything is sent, and returns the TTL in
 // whole milliseconds.
-func check(ctx context.Context, op, key string, ttl time.Duration) (time.Duration, error) {
+func check(key string, ttl time.Duration) (time.Duration, error) {
 	ttl = ttl.Truncate(time.Millisecond)
 	switch {
 	case key == "":
-		return 0, &Error{Op: op, Err: ErrInvalid, Cause: errors.New("empty key")}
+		return 0, errors.New("empty key")
 	case strings.IndexByte(key, 0) >= 0:
-		return 0, &Error{Op: op, Key: key, Err: ErrInvalid,
-			Cause: errors.New("key holds a NUL byte (the fencing counters' key space)")}
+		return 0, errors.New("key holds a NUL byte (the fencing counters' key space)")
 	case ttl < MinTTL:
-		return 0, &Error{Op: op, Key: key, Err: ErrInvalid,
-			Cause: fmt.Errorf("TTL %v is shorter than %v (drift allowance %v)", ttl, MinTTL, drift(ttl))}
-	case ctx == nil:
-		return 0, &Error{Op: op, Key: key, Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil context")}
+		return 0, fmt.Errorf("TTL %v is shorter than %v (drift allowance %v)", ttl, MinTTL, drift(ttl))
 	}
 	return ttl, nil
-}
-
-// Waits between attempts: a jittered pause that doubles from waitMin to
-// waitMax, never much past the holder's expiry.
-const (
-	waitMin = 4 * time.Millisecond
-	waitMax = 64 * time.Millisecond
-)
-
-type waiter struct{ d time.Duration }
-
-// pause waits before the next attempt; remaining is the holder's time left
-// (≤ 0: unknown). It reports false if ctx ended first.
-func (w *waiter) pause(ctx context.Context, remaining time.Duration) bool {
-	w.d = max(waitMin, min(2*w.d, waitMax))
-	d := w.d
-	if remaining > 0 {
-		d = min(d, remaining+time.Millisecond)
-	}
-	t := time.NewTimer(d/2 + rand.N(d/2+1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // cleanupTimeout bounds the release of an acquisition whose answer was
@@ -272,12 +216,12 @@ type oneServer struct {
 	ttl   int64 // ms
 }
 
-func (s *oneServer) extend(ctx context.Context) (refused bool, err error) {
+func (s *oneServer) Renew(ctx context.Context) (refused bool, err error) {
 	n, err := extendScript.Run(ctx, s.c, s.keys[:1], s.owner, s.ttl).Int64()
 	return err == nil && n == 0, err
 }
 
-func (s *oneServer) release(ctx context.Context) (notHeld bool, err error) {
+func (s *oneServer) Release(ctx context.Context) (notHeld bool, err error) {
 	n, err := releaseScript.Run(ctx, s.c, s.keys[:1], s.owner).Int64()
 	return err == nil && n == 0, err
 }
@@ -285,14 +229,13 @@ func (s *oneServer) release(ctx context.Context) (notHeld bool, err error) {
 func (s *oneServer) cleanUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	s.release(ctx)
+	s.Release(ctx)
 }
 
 // Lock is a lock held on one Redis server, with a fencing token. Its
 // methods are safe for concurrent use.
 type Lock struct {
 	hold
-	token int64
 }
 
 // A Lock is a [sqlock.Lock] with a fencing token.
@@ -304,7 +247,7 @@ var _ sqlock.Fenced = (*Lock)(nil)
 // counter survives (appendfsync always, no failover to a replica that
 // missed the increment; see the package doc). Write it beside the data the
 // lock protects and refuse writes that carry a smaller one.
-func (l *Lock) Token() int64 { return l.token }
+func (l *Lock) Token() int64 { return l.tl.Token() }
 
 // Context returns a context derived from parent that ends when the lock is
 // lost (its cause then matches [ErrLost]) or cancel is called, and that
@@ -312,7 +255,7 @@ func (l *Lock) Token() int64 { return l.token }
 // writes of versioned, sqlxhelpers and gormplugin made with it are refused
 // by PostgreSQL once a newer holder has written. Call cancel when done.
 func (l *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	return l.hold.Context(sqlock.WithFencingToken(parent, l.token))
+	return l.tl.Context(parent)
 }
 
 // Release stops the renewals and deletes the key if it is still this
@@ -323,9 +266,9 @@ func (l *Lock) Context(parent context.Context) (context.Context, context.CancelF
 // otherwise Redis's error (the key then expires by its TTL).
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
-		return &Error{Op: "release", Err: ErrNotHeld, Cause: errors.New("nil lock")}
+		return kit.NilRelease()
 	}
-	return l.hold.Release(ctx)
+	return l.tl.Release(ctx)
 }
 
 // newOwner returns 128 random bits as hex: the owner value that the

@@ -1,12 +1,9 @@
 package redislock
 
 import (
-	"context"
 	"time"
 
-	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errkind"
-	ihold "github.com/sqlock/sqlock/internal/ttllock"
+	"github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
 
@@ -14,8 +11,7 @@ import (
 const DefaultTimeout = 5 * time.Second
 
 type config struct {
-	timeout time.Duration
-	obs     observe.Observer // nil: none
+	ttllock.Config // the timeout, the maximum hold, the observer
 }
 
 // Option configures a Locker or a Redlock.
@@ -26,43 +22,32 @@ type Option func(*config) error
 // negative: an error matching [sqlock.ErrInvalidOption]): no wait is
 // unbounded, and TryAcquire does not wait.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return errkind.New(sqlock.ErrInvalidOption, "redislock: timeout %v must be positive", d)
-		}
-		c.timeout = d
-		return nil
-	}
+	return func(c *config) error { return c.SetTimeout(d) }
+}
+
+// WithMaxHold caps how long any lock of the Locker or Redlock is held:
+// Lost fires once d has passed since it was acquired, however often it
+// was renewed (its error matches [ErrLost] and says so). It must be
+// positive; the default is no cap.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error { return c.SetMaxHold(d) }
 }
 
 // WithObserver reports each acquisition (observe.LockAcquire with the
 // outcome and the wait), each lock's end (observe.LockRelease: Released, or
 // Lost, with the hold time) and each renewal that failed and will be tried
-// again (observe.Retry, cause "renew") to o, with Source "redislock" and
-// the lock's key as Name. Several WithObserver options add up
-// ([observe.Multi]); a nil o adds nothing.
+// again (observe.Retry, cause "renew") to o, with Source "redislock",
+// System "redis" and the lock's key as Name. Several WithObserver options
+// add up ([observe.Multi]); a nil o adds nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
-		c.obs = observe.Multi(c.obs, o)
+		c.AddObserver(o)
 		return nil
 	}
 }
 
-// observeFailure reports an acquisition that began at start and failed
-// (a granted one is reported as it is armed).
-func (c *config) observeFailure(ctx context.Context, key string, start time.Time, err error) {
-	ihold.ObserveFailure(ctx, c.obs, observe.Event{Source: "redislock", Name: key}, start, err, ErrInvalid)
-}
-
 func buildConfig(opts []Option) (config, error) {
-	c := config{timeout: DefaultTimeout}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&c); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+	c := config{Config: kit.NewConfig()}
+	err := ttllock.Apply(&c, opts)
+	return c, err
 }

@@ -12,18 +12,15 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
-	"github.com/sqlock/sqlock/internal/lazytimer"
-	ihold "github.com/sqlock/sqlock/internal/ttllock"
+	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // Redlock takes locks on a majority of N independent Redis servers (the
 // Redlock algorithm). It is safe for concurrent use.
 type Redlock struct {
+	base   ttllock.Base // the options, NewRedlock's error, the held locks' timers
 	cs     []redis.UniversalClient
 	quorum int
-	cfg    config
-	err    error
-	timers lazytimer.Queue // the held locks' deadlines and renewals
 }
 
 // NewRedlock returns a Redlock over clients: an odd number, at least 3, of
@@ -39,23 +36,26 @@ type Redlock struct {
 // [sqlock.ErrNilHandle] or [sqlock.ErrInvalidOption], by every method.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 	r := &Redlock{cs: append([]redis.UniversalClient(nil), clients...), quorum: len(clients)/2 + 1}
-	r.cfg, r.err = buildConfig(opts)
-	if r.err != nil {
-		r.err = &Error{Op: "new", Cause: r.err}
-		return r
+	cfg, err := buildConfig(opts)
+	r.base.Init(&kit, cfg.Config, newRedlockError(clients, err))
+	return r
+}
+
+// newRedlockError is NewRedlock's error, if any.
+func newRedlockError(clients []redis.UniversalClient, err error) error {
+	if err != nil {
+		return &Error{Op: "new", Cause: err}
 	}
 	if n := len(clients); n < 3 || n%2 == 0 {
-		r.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrInvalidOption,
+		return &Error{Op: "new", Cause: errkind.New(sqlock.ErrInvalidOption,
 			"redislock: Redlock needs an odd number of servers, at least 3, not %d", n)}
-		return r
 	}
 	for i, c := range clients {
 		if isNil(c) {
-			r.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil client %d", i)}
-			return r
+			return &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil client %d", i)}
 		}
 	}
-	return r
+	return nil
 }
 
 // Acquire takes the lock called key for ttl on a majority of the servers,
@@ -80,67 +80,48 @@ func (r *Redlock) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 	return r.observed(ctx, "tryacquire", key, ttl, false)
 }
 
-// observed is acquire reported to the Redlock's observer.
+// observed is an acquisition, which the TTL-lock toolkit reports to the
+// Redlock's observer. A single attempt is bounded by the lock's validity,
+// not by WithTimeout.
 func (r *Redlock) observed(ctx context.Context, op, key string, ttl time.Duration, wait bool) (*RedlockLock, error) {
-	if r == nil || r.cfg.obs == nil {
-		return r.acquire(ctx, op, key, ttl, wait, time.Time{})
+	if r == nil {
+		return nil, kit.NilHandle(op, key, "Redlock")
 	}
-	start := time.Now()
-	l, err := r.acquire(ctx, op, key, ttl, wait, start)
-	r.cfg.observeFailure(ctx, key, start, err)
-	return l, err
+	return ttllock.Acquire(ctx, &r.base, (*redlockStore)(r), ttllock.Request{Op: op, Name: key, TTL: ttl, Wait: wait},
+		func() (*RedlockLock, *ttllock.Lock) {
+			l := &RedlockLock{}
+			return l, &l.tl
+		})
 }
 
-// acquire takes the lock; began is when the acquisition began (its
-// observed wait).
-func (r *Redlock) acquire(ctx context.Context, op, key string, ttl time.Duration, wait bool, began time.Time) (*RedlockLock, error) {
-	if r == nil {
-		return nil, &Error{Op: op, Key: key, Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil Redlock")}
+// redlockStore is a Redlock seen by the TTL-lock toolkit: an attempt on
+// every server, granted by a majority within the lock's validity.
+type redlockStore Redlock
+
+func (s *redlockStore) Check(key string, ttl time.Duration) (time.Duration, error) {
+	return check(key, ttl)
+}
+
+// Grant is one attempt, with a fresh owner: a late command of an attempt
+// given up (its clean-up's DEL, a SET that timed out) cannot touch the
+// keys of the next. An attempt that fewer than a majority answered is
+// refused with ErrNoQuorum, not reported as held.
+func (s *redlockStore) Grant(ctx context.Context, key string, ttl time.Duration, _ bool) (ttllock.Grant, error) {
+	r := (*Redlock)(s)
+	srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl, last: make([]chan struct{}, len(r.cs))}
+	sent := time.Now()
+	granted, answered, err := srv.try(ctx)
+	if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
+		return ttllock.Grant{Held: srv}, nil
 	}
-	if r.err != nil {
-		return nil, r.err
+	if granted > 0 || err != nil {
+		srv.cleanUp() // a minority, a late majority, or answers lost
 	}
-	ttl, err := check(ctx, op, key, ttl)
-	if err != nil {
-		return nil, err
+	g := ttllock.Grant{Remaining: -1} // the servers' holders are not asked
+	if answered < r.quorum {
+		g.Refused = ttllock.Refuse(ErrNoQuorum, err)
 	}
-	if wait { // a single attempt is bounded by the lock's validity
-		var cancel context.CancelFunc
-		ctx, cancel = ihold.BoundWait(ctx, r.cfg.timeout)
-		defer cancel()
-	}
-	var w waiter
-	for {
-		// A fresh owner for each attempt: a late command of an attempt
-		// given up (its clean-up's DEL, a SET that timed out) cannot touch
-		// the keys of the next.
-		srv := &majority{r: r, key: key, owner: newOwner(), ttl: ttl, last: make([]chan struct{}, len(r.cs))}
-		sent := time.Now()
-		granted, answered, err := srv.try(ctx)
-		if granted >= r.quorum && time.Since(sent) < ttl-drift(ttl) {
-			l := &RedlockLock{}
-			l.start(ctx, srv, key, ttl, began, sent, r.cfg.obs, &r.timers)
-			return l, nil
-		}
-		if granted > 0 || err != nil {
-			srv.cleanUp() // a minority, a late majority, or answers lost
-		}
-		var last error
-		if answered < r.quorum {
-			last = &Error{Op: op, Key: key, Err: ErrNoQuorum, Cause: err}
-		}
-		switch {
-		case ctx.Err() != nil:
-			return nil, ctxError(op, key, ctx, last)
-		case !wait && last != nil:
-			return nil, last
-		case !wait:
-			return nil, &Error{Op: op, Key: key, Err: ErrNotAcquired}
-		}
-		if !w.pause(ctx, 0) {
-			return nil, ctxError(op, key, ctx, last)
-		}
-	}
+	return g, nil
 }
 
 // retakeScript extends the key where it is still the owner's, and sets it
@@ -284,7 +265,7 @@ func (m *majority) try(ctx context.Context) (granted, answered int, err error) {
 	return yes, yes + no, err
 }
 
-func (m *majority) extend(ctx context.Context) (refused bool, err error) {
+func (m *majority) Renew(ctx context.Context) (refused bool, err error) {
 	yes, no, err := m.each(ctx, true, m.ttl, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		n, err := retakeScript.Run(ctx, c, []string{m.key}, m.owner, m.ttl.Milliseconds()).Int64()
 		return n == 1, err
@@ -298,7 +279,7 @@ func (m *majority) extend(ctx context.Context) (refused bool, err error) {
 	return false, fmt.Errorf("%w (%d of %d confirmed): %w", ErrNoQuorum, yes, len(m.r.cs), err)
 }
 
-func (m *majority) release(ctx context.Context) (notHeld bool, err error) {
+func (m *majority) Release(ctx context.Context) (notHeld bool, err error) {
 	yes, no, err := m.each(ctx, false, m.ttl, func(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		n, err := releaseScript.Run(ctx, c, []string{m.key}, m.owner).Int64()
 		return n == 1, err
@@ -315,7 +296,7 @@ func (m *majority) release(ctx context.Context) (notHeld bool, err error) {
 func (m *majority) cleanUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	m.release(ctx)
+	m.Release(ctx)
 }
 
 // RedlockLock is a lock held on a majority of a Redlock's servers. It has
@@ -334,7 +315,7 @@ var _ sqlock.Lock = (*RedlockLock)(nil)
 // a majority or Release already ran, otherwise the servers' errors.
 func (l *RedlockLock) Release(ctx context.Context) error {
 	if l == nil {
-		return &Error{Op: "release", Err: ErrNotHeld, Cause: errors.New("nil lock")}
+		return kit.NilRelease()
 	}
-	return l.hold.Release(ctx)
+	return l.tl.Release(ctx)
 }

@@ -1,8 +1,20 @@
-// Package ttllock is the holder's side of a lock that expires unless renewed
-// (package lease's leases, package redislock's locks): the local deadline
-// at which Lost fires, the renewal every TTL/3 that retries transient
-// failures while the lock is still trusted, Release, and the observer
-// events of the hold. The server's side is a [Backend].
+// Package ttllock is the toolkit of the locks that expire unless renewed
+// (package lease's leases, package redislock's locks, and the backends to
+// come). A backend describes itself in a [Package] (its name, system,
+// sentinels, error type and trust margin), embeds a [Base] in its Manager
+// or Locker and a [Lock] in its lock type, and supplies a [Store]: one
+// attempt to grant, and for a granted lock ([Held]) a renewal and a
+// release, each owner-checked, the attempt returning a token where the
+// backend mints one. [Acquire] does the rest: the input check's frame,
+// the wait's bound ([BoundWait], [WaitEnd]), the attempts and pauses, the
+// errors, the observer's events, and the [Hold] — the local deadline at
+// which Lost fires, the renewal every TTL/3 that retries transient
+// failures while the lock is still trusted, the maximum hold, Release.
+// [Config] holds the options every such package has, with one meaning;
+// [Acquirer] adapts a package to sqlock.Acquirer.
+//
+// A Hold can also be driven directly through its own [Backend] (Start),
+// for a backend whose acquisition does not fit a Store.
 package ttllock
 
 import (
