@@ -22,8 +22,8 @@ const (
 	eventStale = "sqlock.stale"
 )
 
-// Attribute keys of sqlock's own (the rest follow OpenTelemetry's database
-// semantic conventions).
+// Attribute keys of sqlock's own, shared by metrics and spans (db.system.name,
+// db.collection.name and error.type are OpenTelemetry's own).
 const (
 	attrSource  = attribute.Key("sqlock.source")
 	attrLockKey = attribute.Key("sqlock.lock.key")
@@ -33,7 +33,7 @@ const (
 	attrAttempt = attribute.Key("sqlock.retry.attempt")
 	attrCause   = attribute.Key("sqlock.retry.cause")
 	attrBackoff = attribute.Key("sqlock.retry.backoff_s")
-	attrTable   = attribute.Key("db.collection.name")
+	attrTable   = semconv.DBCollectionNameKey
 	attrFenced  = attribute.Key("sqlock.fenced")
 )
 
@@ -54,8 +54,8 @@ func (tr tracer) observe(ctx context.Context, e observe.Event) {
 		if !span.IsRecording() {
 			return
 		}
-		attrs := []attribute.KeyValue{attrSource.String(e.Source), attrAttempt.Int(e.Attempt),
-			attrCause.String(e.Cause), attrBackoff.Float64(e.Wait.Seconds())}
+		attrs := append(common(e.Source, e.System), attrAttempt.Int(e.Attempt),
+			attrCause.String(e.Cause), attrBackoff.Float64(e.Wait.Seconds()))
 		if e.Err != nil {
 			attrs = append(attrs, semconv.ExceptionMessage(e.Err.Error()))
 		}
@@ -65,8 +65,8 @@ func (tr tracer) observe(ctx context.Context, e observe.Event) {
 		if !span.IsRecording() {
 			return
 		}
-		attrs := []attribute.KeyValue{attrSource.String(e.Source), attrTable.String(e.Table),
-			attrFenced.Bool(errors.Is(e.Err, versioned.ErrFenced))}
+		attrs := append(common(e.Source, e.System), attrTable.String(e.Table),
+			attrFenced.Bool(errors.Is(e.Err, versioned.ErrFenced)))
 		if e.Err != nil {
 			attrs = append(attrs, semconv.ExceptionMessage(e.Err.Error()))
 		}
@@ -74,31 +74,19 @@ func (tr tracer) observe(ctx context.Context, e observe.Event) {
 	}
 }
 
-// lockSpan records a span of d ending now, a child of ctx's span.
+// lockSpan records a span of d ending now, a child of ctx's span. Every
+// attribute comes from the event: the store from System, the lock from Key
+// and Name, so a new backend needs no edit here.
 func (tr tracer) lockSpan(ctx context.Context, name string, e observe.Event, d time.Duration) {
 	end := time.Now()
-	system, op := semconv.DBSystemNamePostgreSQL, "pg_advisory_lock"
-	switch e.Source {
-	case "txlock":
-		op = "pg_advisory_xact_lock"
-	case "lease":
-		op = "lease"
-	case "redislock":
-		system, op = semconv.DBSystemNameRedis, "redislock"
-	}
-	// Leases and Redis locks are named, not numbered: they have no key.
-	numbered := e.Source != "lease" && e.Source != "redislock"
-	if e.Shared && numbered {
-		op += "_shared"
-	}
-	attrs := []attribute.KeyValue{
-		system,
-		semconv.DBOperationName(op),
-		attrSource.String(e.Source),
+	attrs := append(common(e.Source, e.System),
 		attrShared.Bool(e.Shared),
 		attrOutcome.String(e.Outcome.String()),
-	}
-	if numbered {
+	)
+	// A lock known by Name alone (a lease, a Redis or etcd lock) has Key 0;
+	// a numbered one (advisory, txlock) has a Key, and a Name only when it
+	// was made from text.
+	if e.Key != 0 || e.Name == "" {
 		attrs = append(attrs, attrLockKey.Int64(e.Key))
 	}
 	if e.Name != "" {
@@ -106,9 +94,7 @@ func (tr tracer) lockSpan(ctx context.Context, name string, e observe.Event, d t
 	}
 	_, span := tr.t.Start(ctx, name, trace.WithTimestamp(end.Add(-d)),
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	switch e.Outcome {
-	case observe.Acquired, observe.Released, observe.Busy:
-	default:
+	if isError(e.Outcome) {
 		span.SetAttributes(semconv.ErrorTypeKey.String(e.Outcome.String()))
 		msg := e.Outcome.String()
 		if e.Err != nil {

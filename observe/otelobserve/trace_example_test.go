@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -32,7 +33,10 @@ func ExampleWithTracerProvider() {
 	span.End()
 
 	for _, ev := range rec.Ended()[0].Events() {
-		fmt.Println(ev.Name, ev.Attributes[1].Value.String(), ev.Attributes[2].Value.String())
+		attrs := attribute.NewSet(ev.Attributes...)
+		attempt, _ := attrs.Value("sqlock.retry.attempt")
+		cause, _ := attrs.Value("sqlock.retry.cause")
+		fmt.Println(ev.Name, attempt.String(), cause.String())
 	}
 	// Output:
 	// sqlock.retry 1 stale

@@ -38,6 +38,15 @@ func newTraced(t *testing.T, opts ...otelobserve.Option) (*otelobserve.Observer,
 	return o, rec, tp
 }
 
+func has(s sdktrace.ReadOnlySpan, key string) bool {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return true
+		}
+	}
+	return false
+}
+
 func attr(s sdktrace.ReadOnlySpan, key string) attribute.Value {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
@@ -121,19 +130,30 @@ func TestSpansForEachLockWaitAndHoldUnderTheCallersSpan(t *testing.T) {
 		}
 	}
 	for _, s := range spans {
-		if s.Name() == "sqlock.lock.hold" && attr(s, "sqlock.source").AsString() == "advisory" {
-			if attr(s, "sqlock.lock.name").AsString() != "booking:seat-42" || attr(s, "db.operation.name").AsString() != "pg_advisory_lock" {
-				t.Errorf("advisory hold span attributes: %v", s.Attributes())
-			}
+		src := attr(s, "sqlock.source").AsString()
+		if s.Name() == "handler" {
+			continue
 		}
-		if s.Name() == "sqlock.lock.wait" && attr(s, "sqlock.source").AsString() == "txlock" {
-			if attr(s, "sqlock.lock.name").AsString() != "stock:sku-7" || attr(s, "db.operation.name").AsString() != "pg_advisory_xact_lock" {
-				t.Errorf("txlock wait span attributes: %v", s.Attributes())
-			}
+		if has(s, "db.operation.name") {
+			t.Errorf("%s/%s: db.operation.name is gone, got %v", s.Name(), src, s.Attributes())
 		}
-		if attr(s, "sqlock.source").AsString() == "lease" {
-			if attr(s, "sqlock.lock.name").AsString() != "report:nightly" || attr(s, "db.operation.name").AsString() != "lease" ||
-				attr(s, "sqlock.lock.outcome").AsString() == "lost" {
+		if attr(s, "sqlock.lock.outcome").AsString() == "lost" || attr(s, "sqlock.lock.shared").AsBool() {
+			t.Errorf("%s/%s span attributes: %v", s.Name(), src, s.Attributes())
+		}
+		switch src {
+		case "advisory":
+			k, _ := advisory.KeyOf("booking:seat-42").Int64()
+			if attr(s, "sqlock.lock.name").AsString() != "booking:seat-42" || attr(s, "sqlock.lock.key").AsInt64() != k {
+				t.Errorf("advisory %s span attributes: %v", s.Name(), s.Attributes())
+			}
+		case "txlock":
+			k, _ := advisory.KeyOf("stock:sku-7").Int64()
+			if attr(s, "sqlock.lock.name").AsString() != "stock:sku-7" || attr(s, "sqlock.lock.key").AsInt64() != k {
+				t.Errorf("txlock %s span attributes: %v", s.Name(), s.Attributes())
+			}
+		case "lease":
+			// A lease is known by its name alone.
+			if attr(s, "sqlock.lock.name").AsString() != "report:nightly" || has(s, "sqlock.lock.key") {
 				t.Errorf("lease %s span attributes: %v", s.Name(), s.Attributes())
 			}
 		}
@@ -175,6 +195,9 @@ func TestTimeoutsAreErrorSpansAndConflictsAreEvents(t *testing.T) {
 	if wait == nil || wait.Status().Code != codes.Error || attr(wait, "error.type").AsString() != "timeout" ||
 		wait.EndTime().Sub(wait.StartTime()) != 50*time.Millisecond {
 		t.Fatalf("timeout span: %+v", wait)
+	}
+	if has(wait, "db.system.name") || attr(wait, "sqlock.lock.key").AsInt64() != 1 {
+		t.Errorf("a wait without a System, key 1: %v", wait.Attributes())
 	}
 	var fenced []bool
 	for _, ev := range rec.Ended()[len(rec.Ended())-1].Events() {

@@ -17,9 +17,9 @@ import (
 	"github.com/sqlock/sqlock/observe/otelobserve"
 )
 
-// The waiters gauge reads the sessions waiting per key from the server at
-// each collection, by the key's name.
-func TestWaitersGaugeCountsWaitersPerKey(t *testing.T) {
+// The waiter count reads the sessions waiting per key from the server at
+// each collection, by the key's number and name.
+func TestWaiterCountReadsWaitersPerKey(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	reader := sdkmetric.NewManualReader()
@@ -51,12 +51,22 @@ func TestWaitersGaugeCountsWaitersPerKey(t *testing.T) {
 	}
 	gauge := func() (n int64) {
 		ms := collect(t, reader)
-		g, ok := ms["sqlock.lock.waiters"].Data.(metricdata.Gauge[int64])
+		m, ok := ms["sqlock.lock.waiter.count"]
 		if !ok {
 			return 0 // no series: nobody waits
 		}
-		for _, dp := range g.DataPoints {
-			if v, _ := dp.Attributes.Value("sqlock.lock.key"); v.AsString() == "booking:seat-42" {
+		if m.Unit != "{waiter}" {
+			t.Fatalf("unit %q", m.Unit)
+		}
+		sum, ok := m.Data.(metricdata.Sum[int64])
+		if !ok || sum.IsMonotonic {
+			t.Fatalf("%s is %T (monotonic %v), want an UpDownCounter", m.Name, m.Data, sum.IsMonotonic)
+		}
+		for _, dp := range sum.DataPoints {
+			name, _ := dp.Attributes.Value("sqlock.lock.name")
+			key, _ := dp.Attributes.Value("sqlock.lock.key")
+			sys, _ := dp.Attributes.Value("db.system.name")
+			if name.AsString() == "booking:seat-42" && key.AsInt64() == k && sys.AsString() == "postgresql" {
 				n += dp.Value
 			}
 		}
