@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 	"github.com/sqlock/sqlock/internal/txbatch"
 )
 
@@ -29,7 +30,7 @@ func (l *Lease) BeginGuarded(ctx context.Context, db interface {
 	if l == nil {
 		return nil, &Error{Op: "guard", Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil lease")}
 	}
-	if isNilDB(db) {
+	if nilcheck.Is(db) {
 		return nil, &Error{Op: "guard", Name: l.Name(), Cause: errkind.New(sqlock.ErrNilHandle, "lease: nil database handle")}
 	}
 	if err := l.localGuardError(); err != nil {
@@ -52,17 +53,4 @@ func (l *Lease) BeginGuarded(ctx context.Context, db interface {
 		return nil, err
 	}
 	return tx, nil
-}
-
-// isNilDB reports whether db is nil or a nil *sql.DB or *sql.Conn.
-func isNilDB(db any) bool {
-	switch d := db.(type) {
-	case nil:
-		return true
-	case *sql.DB:
-		return d == nil
-	case *sql.Conn:
-		return d == nil
-	}
-	return false
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
+	"github.com/sqlock/sqlock/internal/pgident"
 	"github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -22,7 +23,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{Config: kit.NewConfig(), table: tableName{name: DefaultTable}}
+	return config{Config: kit.NewConfig(), table: tableName{pgident.Table{Name: DefaultTable}}}
 }
 
 // Option configures a Manager, Migrate or DDL.

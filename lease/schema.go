@@ -3,52 +3,35 @@ package lease
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/pgerror"
+	"github.com/sqlock/sqlock/internal/pgident"
 )
 
-// tableName is a validated, possibly schema-qualified table name.
-type tableName struct{ schema, name string }
-
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// tableName is a validated, possibly schema-qualified table name, read
+// and quoted by the rule every package's table option follows
+// (internal/pgident).
+type tableName struct{ pgident.Table }
 
 const seqSuffix = "_token_seq"
 
+// parseTable reads WithTable's name: its sequence, table_token_seq, must
+// fit in an identifier too.
 func parseTable(s string) (tableName, error) {
-	var t tableName
-	if schema, name, ok := strings.Cut(s, "."); ok {
-		t = tableName{schema: schema, name: name}
-	} else {
-		t = tableName{name: s}
-	}
-	if !identRE.MatchString(t.name) || len(t.name)+len(seqSuffix) > 63 ||
-		(t.schema != "" && (!identRE.MatchString(t.schema) || len(t.schema) > 63)) {
-		return t, errkind.New(sqlock.ErrInvalidOption,
-			"lease: table name %q: want [schema.]table of letters, digits and underscores (table ≤ %d bytes)", s, 63-len(seqSuffix))
-	}
-	return t, nil
+	t, err := pgident.ParseTable("lease: WithTable", s, pgident.MaxLen-len(seqSuffix))
+	return tableName{t}, err
 }
 
-func (t tableName) ident(name string) string {
-	if t.schema == "" {
-		return pgx.Identifier{name}.Sanitize()
-	}
-	return pgx.Identifier{t.schema, name}.Sanitize()
-}
-
-func (t tableName) table() string    { return t.ident(t.name) }
-func (t tableName) sequence() string { return t.ident(t.name + seqSuffix) }
+func (t tableName) table() string    { return t.String() }
+func (t tableName) sequence() string { return t.Ident(t.Name + seqSuffix) }
 
 // channel is the NOTIFY channel releases are announced on: the table's
 // name (a waiter woken by a same-named table in another schema just tries
 // again).
-func (t tableName) channel() string { return t.name }
+func (t tableName) channel() string { return t.Name }
 
 // maxNameBytes is the longest lease name, in bytes.
 const maxNameBytes = 255
