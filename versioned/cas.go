@@ -106,17 +106,7 @@ func CompareAndSwap(ctx context.Context, db DB, t *Table, key any, expect []Pair
 	}
 	firstKey := b.n + 1
 	t.whereKey(&b)
-	for _, p := range expect {
-		b.str(" AND ")
-		b.d.writeQuoted(&b.b, p.Column)
-		if isNull(p.Value) {
-			b.str(" IS NULL")
-			continue
-		}
-		b.str(" = ")
-		b.param()
-		args = append(args, p.Value)
-	}
+	args = b.expect(args, expect, true)
 	if !pg {
 		return t.casTwoStep(ctx, db, b.b.String(), args, key, expect, set)
 	}
@@ -176,19 +166,7 @@ func (t *Table) casRecheck(ctx context.Context, db DB, keyArgs []any, key any, e
 	b := sqlBuf{d: t.cfg.dialect}
 	args := make([]any, 0, len(expect)+len(set)+len(keyArgs))
 	b.str("SELECT (")
-	for i, p := range expect {
-		if i > 0 {
-			b.str(" AND ")
-		}
-		b.d.writeQuoted(&b.b, p.Column)
-		if isNull(p.Value) {
-			b.str(" IS NULL")
-			continue
-		}
-		b.str(" = ")
-		b.param()
-		args = append(args, p.Value)
-	}
+	args = b.expect(args, expect, false)
 	for _, p := range set {
 		b.str(" AND ")
 		b.d.writeQuoted(&b.b, p.Column)
@@ -211,6 +189,26 @@ func (t *Table) casRecheck(ctx context.Context, db DB, keyArgs []any, key any, e
 		return Won, nil
 	}
 	return Lost, nil
+}
+
+// expect writes the swap's expectations joined by AND (with a leading AND
+// when lead is set): c = ? for a value, c IS NULL for a value the driver
+// sends as NULL. It returns args with the values it bound appended.
+func (b *sqlBuf) expect(args []any, expect []Pair, lead bool) []any {
+	for i, p := range expect {
+		if lead || i > 0 {
+			b.str(" AND ")
+		}
+		b.d.writeQuoted(&b.b, p.Column)
+		if isNull(p.Value) {
+			b.str(" IS NULL")
+			continue
+		}
+		b.str(" = ")
+		b.param()
+		args = append(args, p.Value)
+	}
+	return args
 }
 
 func (t *Table) casResult(n int64, exists bool, key any) (CASResult, error) {
