@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 )
 
 // CASResult is the outcome of a compare-and-swap. Losing the race is an
@@ -63,7 +64,7 @@ func CompareAndSwap(ctx context.Context, db DB, t *Table, key any, expect []Pair
 	if t == nil {
 		return 0, inputErr(op, "table", "nil *Table", ErrInvalidArg)
 	}
-	if isNilHandle(db) {
+	if nilcheck.Is(db) {
 		return 0, inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
 	if len(expect) == 0 {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync/atomic"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 	"github.com/sqlock/sqlock/internal/vguard"
 	"github.com/sqlock/sqlock/internal/vmodel"
 	"github.com/sqlock/sqlock/observe"
@@ -413,7 +413,7 @@ func (t *Table) update(ctx context.Context, db DB, key any, exp int64, set []Pai
 	if t == nil {
 		return exp, inputErr(op, "table", "nil *Table", ErrInvalidArg)
 	}
-	if isNilHandle(db) {
+	if nilcheck.Is(db) {
 		return exp, inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
 	if err := f.check(op, t, set); err != nil {
@@ -480,7 +480,7 @@ func (t *Table) delete(ctx context.Context, db DB, key any, exp int64, f fence) 
 	if t == nil {
 		return inputErr(op, "table", "nil *Table", ErrInvalidArg)
 	}
-	if isNilHandle(db) {
+	if nilcheck.Is(db) {
 		return inputErr(op, "db", "nil database handle", sqlock.ErrNilHandle)
 	}
 	query := t.deleteSQL
@@ -578,24 +578,3 @@ func (t *Table) appendKey(args []any, key any) ([]any, error) {
 
 // missing says why v cannot be a key value, or "" when it can.
 func (t *Table) missing(v any) string { return vmodel.MissingKey(v, t.cfg.zeroKey) }
-
-// isNilHandle reports an untyped nil or a nil pointer (or other nil-able
-// value) inside the interface.
-func isNilHandle(db any) bool {
-	switch h := db.(type) {
-	case nil:
-		return true
-	case *sql.DB:
-		return h == nil
-	case *sql.Tx:
-		return h == nil
-	case *sql.Conn:
-		return h == nil
-	}
-	rv := reflect.ValueOf(db)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
-}
