@@ -11,8 +11,8 @@ import (
 	"github.com/sqlock/sqlock/observe"
 )
 
-// A Manager's observer sees what advisory's sees, under Source "lease" and
-// the lease's name: each acquisition's outcome (acquired, busy, timeout)
+// A Manager's observer sees what advisory's sees, under Source "lease",
+// System "postgresql" and the lease's name: each acquisition's outcome (acquired, busy, timeout)
 // with its wait, each release with its hold time, and a lease taken over
 // on the server as one loss — not followed by a release event.
 func TestObserverSeesWaitsHoldsAndLossesOfLeases(t *testing.T) {
@@ -49,7 +49,7 @@ func TestObserverSeesWaitsHoldsAndLossesOfLeases(t *testing.T) {
 	}
 	for i, w := range want {
 		e := got[i]
-		if e.Kind != w.kind || e.Outcome != w.outcome || e.Source != "lease" || e.Name != "report:nightly" {
+		if e.Kind != w.kind || e.Outcome != w.outcome || e.Source != "lease" || e.System != "postgresql" || e.Name != "report:nightly" {
 			t.Errorf("event %d: %+v, want %v %v", i, e, w.kind, w.outcome)
 		}
 	}

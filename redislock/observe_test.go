@@ -12,10 +12,10 @@ import (
 	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
 
-// A Locker's observer sees, under Source "redislock" and the lock's key,
-// each acquisition's outcome with its wait, each release with its hold
-// time, and a lock whose key was taken over as one loss, not followed by a
-// release event.
+// A Locker's observer sees, under Source "redislock", System "redis" and
+// the lock's key, each acquisition's outcome with its wait, each release
+// with its hold time, and a lock whose key was taken over as one loss, not
+// followed by a release event.
 func TestObserverSeesWaitsHoldsAndLossesOfRedisLocks(t *testing.T) {
 	leakCheck(t)
 	s := redistest.New(t, redistest.Options{})
@@ -37,7 +37,7 @@ func TestObserverSeesWaitsHoldsAndLossesOfRedisLocks(t *testing.T) {
 		t.Fatalf("events: %+v", got)
 	}
 	for _, e := range got {
-		if e.Source != "redislock" || e.Name != "k" {
+		if e.Source != "redislock" || e.System != "redis" || e.Name != "k" {
 			t.Fatalf("event: %+v", e)
 		}
 	}
