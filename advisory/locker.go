@@ -414,10 +414,21 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 		return nil, ctxError(op, key, ctx)
 	}
 	lk := newLock(l, key, shared, sess, args, time.Now())
-	// Report before handing over: should the observer panic, the deferred
-	// destroy still ends the session.
+	// Report before handing over. Should the observer panic, unlock on the
+	// server before the panic goes on: closing the connection would free the
+	// lock too, but only once the server has noticed, so a TryLock right
+	// after the recovered panic could still find it held. The observer
+	// never touches the connection, so a normal unlock is sound.
+	reported := false
+	defer func() {
+		if !reported {
+			l.release(ctx, sess, key, shared, args)
+			sess = nil
+		}
+	}()
 	l.emit(ctx, observe.Event{Kind: observe.LockAcquire, Key: key.v, Name: key.text, Shared: shared,
 		Outcome: observe.Acquired, Wait: lk.acquired.Sub(start)})
+	reported = true
 	sess = nil
 	if l.mux == nil || !l.mux.adopt(lk) {
 		lk.start()
