@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -13,7 +14,9 @@ import (
 // TestNoRenewalLandsAfterRelease: 200 leases, each taken with a 20 ms TTL
 // and released when its first renewal is due (at TTL/3, give or take a
 // millisecond): the expiry the release left in each row is still there
-// after all of them — no renewal landed after its Release.
+// after all of them — no renewal landed after its Release. A lease lost
+// under load, or refused because the machine's round trips leave a 20 ms
+// TTL no room (ErrTTLTooShort), is not counted.
 func TestNoRenewalLandsAfterRelease(t *testing.T) {
 	leakCheck(t)
 	db := newDB(t)
@@ -22,9 +25,14 @@ func TestNoRenewalLandsAfterRelease(t *testing.T) {
 	const ttl = 2 * lease.MinTTL
 	m := lease.New(openPool(t, db.DSN))
 	releasedAt := map[string]time.Time{}
+	refused := 0
 	for i := range 200 {
 		name := "race:" + strconv.Itoa(i)
 		l, err := m.Acquire(ctx, name, ttl)
+		if errors.Is(err, lease.ErrTTLTooShort) {
+			refused++ // a loaded machine's round trips leave the TTL no room: not this race
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,12 +42,12 @@ func TestNoRenewalLandsAfterRelease(t *testing.T) {
 		}
 	}
 	if len(releasedAt) == 0 {
-		t.Fatal("every lease was lost before its release")
+		t.Fatalf("every lease was lost before its release or refused (%d refused as too short for the round trips)", refused)
 	}
 	for name, at := range releasedAt {
 		if r := readRow(t, conn, name); !r.expiresAt.Equal(at) {
 			t.Errorf("%s: expires at %v after its release left %v", name, r.expiresAt, at)
 		}
 	}
-	t.Logf("%d of 200 leases released by Release (the others lost under load, as reported)", len(releasedAt))
+	t.Logf("%d of 200 leases released by Release (the others lost under load, as reported, or %d refused by the measured round trips)", len(releasedAt), refused)
 }
