@@ -188,13 +188,7 @@ func (p *Plugin) finishCreate(db *gorm.DB) {
 	}
 	delete(stmt.Clauses, stateKey)
 	cs.settle(db) // a no-op: afterCreate settled, unless its callback was removed
-	held := cs.wrote
-	if db.Error != nil && held {
-		if _, started := db.InstanceGet("gorm:started_transaction"); started {
-			held = false
-		}
-	}
-	if held {
+	if holds(db, cs.wrote) {
 		if len(cs.was) > 0 {
 			p.recordCreateUndo(stmt, cs)
 		}

@@ -122,16 +122,8 @@ func (e bumpIfChanged) Build(b clause.Builder) {
 			b.WriteString(e.distinct)
 			b.AddVar(b, a.Value)
 		}
-		b.WriteString(" THEN ")
 	}
-	b.WriteString("COALESCE(")
-	b.WriteQuoted(e.m.qcol)
-	b.WriteString(", 0) + 1")
-	if len(e.set) > 0 {
-		b.WriteString(" ELSE ")
-		b.WriteQuoted(e.m.qcol)
-		b.WriteString(" END")
-	}
+	writeBump(b, e.m.qcol, len(e.set) > 0)
 }
 
 // mysqlUpsert versions an ON DUPLICATE KEY UPDATE, or says why it cannot.
@@ -194,16 +186,8 @@ func (e mysqlBump) Build(b clause.Builder) {
 			}
 			b.WriteString(")")
 		}
-		b.WriteString(" THEN ")
 	}
-	b.WriteString("COALESCE(")
-	b.WriteQuoted(e.m.qcol)
-	b.WriteString(", 0) + 1")
-	if len(e.set) > 0 {
-		b.WriteString(" ELSE ")
-		b.WriteQuoted(e.m.qcol)
-		b.WriteString(" END")
-	}
+	writeBump(b, e.m.qcol, len(e.set) > 0)
 }
 
 // savepointName is the savepoint protect sets in the caller's
@@ -301,4 +285,21 @@ func (m *model) withoutVersion(set clause.Set) (ups clause.Set, named bool) {
 		}
 	}
 	return ups, named
+}
+
+// writeBump writes the version's new value in an upsert: COALESCE(version,
+// 0) + 1, and when cased (after the CASE WHEN … the caller wrote) THEN
+// that ELSE version END.
+func writeBump(b clause.Builder, qcol any, cased bool) {
+	if cased {
+		b.WriteString(" THEN ")
+	}
+	b.WriteString("COALESCE(")
+	b.WriteQuoted(qcol)
+	b.WriteString(", 0) + 1")
+	if cased {
+		b.WriteString(" ELSE ")
+		b.WriteQuoted(qcol)
+		b.WriteString(" END")
+	}
 }

@@ -27,19 +27,24 @@ func (p *Plugin) finish(db *gorm.DB) {
 	if !g.bumped && !g.softWas.IsValid() && !g.fenced {
 		return
 	}
-	held := g.wrote
-	if db.Error != nil && held {
-		if _, started := db.InstanceGet("gorm:started_transaction"); started {
-			held = false
-		}
-	}
-	if held {
+	if holds(db, g.wrote) {
 		if g.wrote {
 			p.recordUndo(stmt, g)
 		}
 		return
 	}
 	g.restore(stmt.Context)
+}
+
+// holds reports whether a statement that wrote its row still holds once
+// GORM's commit or rollback ran: not when the operation failed inside the
+// transaction GORM began for it, which rolled the write back.
+func holds(db *gorm.DB, wrote bool) bool {
+	if !wrote || db.Error == nil {
+		return wrote
+	}
+	_, started := db.InstanceGet("gorm:started_transaction")
+	return !started
 }
 
 // restore puts rv's version and soft-delete field back as they were
