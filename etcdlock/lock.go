@@ -129,7 +129,7 @@ func (l *Lock) Context(parent context.Context) (context.Context, context.CancelF
 // (the lease then expires by its TTL).
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
-		return &Error{Op: "release", Err: ErrNotHeld, Cause: errors.New("nil lock")}
+		return kit.NilRelease()
 	}
 	err := l.h.Release(ctx)
 	if err == ttllock.ErrReleased {

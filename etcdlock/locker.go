@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"reflect"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -16,6 +15,7 @@ import (
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/lazytimer"
+	"github.com/sqlock/sqlock/internal/nilcheck"
 	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
@@ -51,7 +51,7 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	switch {
 	case lk.err != nil:
 		lk.err = &Error{Op: "new", Cause: lk.err}
-	case client == nil || reflect.ValueOf(client).IsNil():
+	case nilcheck.Is(client):
 		lk.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil client")}
 	}
 	return lk
@@ -82,7 +82,7 @@ func (lk *Locker) TryAcquire(ctx context.Context, name string, ttl time.Duration
 func (lk *Locker) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lock, error) {
 	start := time.Now()
 	l, err := lk.acquire(ctx, op, name, ttl, wait, start)
-	if lk != nil && lk.cfg.obs != nil {
+	if lk != nil && lk.cfg.Observer != nil {
 		lk.cfg.observeFailure(ctx, name, start, err)
 	}
 	return l, err
@@ -97,7 +97,7 @@ func (lk *Locker) observed(ctx context.Context, op, name string, ttl time.Durati
 // next one.
 func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool, began time.Time) (*Lock, error) {
 	if lk == nil {
-		return nil, &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil Locker")}
+		return nil, kit.NilHandle(op, name, "Locker")
 	}
 	if lk.err != nil {
 		return nil, lk.err
@@ -105,7 +105,7 @@ func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duratio
 	if err := check(ctx, op, name, ttl); err != nil {
 		return nil, err
 	}
-	ctx, cancel := ttllock.BoundWait(ctx, lk.cfg.timeout)
+	ctx, cancel := ttllock.BoundWait(ctx, lk.cfg.Timeout)
 	defer cancel()
 	// A member without a leader refuses at once instead of queueing the
 	// request until its own timeout.
@@ -156,7 +156,7 @@ func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duratio
 		sent = w.sent
 	}
 	l := &Lock{c: lk.c, name: name, key: key, lease: lease, token: rev}
-	l.start(ctx, ttl, began, sent, lk.cfg.obs, &lk.timers)
+	l.start(ctx, ttl, began, sent, lk.cfg.Observer, &lk.timers)
 	return l, nil
 }
 

@@ -18,10 +18,20 @@ const DefaultTimeout = 5 * time.Second
 // otherwise.
 const DefaultPrefix = "sqlock/"
 
+// kit describes the package to the TTL-lock toolkit (internal/ttllock),
+// whose Config holds the options every TTL lock has.
+var kit = ttllock.Package{
+	Name: "etcdlock", System: "etcd", Noun: "lock",
+	Sentinels: sentinels,
+	Error: func(op, name string, kind, cause error) error {
+		return &Error{Op: op, Name: name, Err: kind, Cause: cause}
+	},
+	DefaultTimeout: DefaultTimeout,
+}
+
 type config struct {
-	timeout time.Duration
-	prefix  string
-	obs     observe.Observer // nil: none
+	ttllock.Config // the timeout and the observer
+	prefix         string
 }
 
 // Option configures a Locker.
@@ -32,13 +42,7 @@ type Option func(*config) error
 // deadline that comes earlier wins. It must be positive (zero or negative:
 // an error matching [sqlock.ErrInvalidOption]): no wait is unbounded.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return errkind.New(sqlock.ErrInvalidOption, "etcdlock: timeout %v must be positive", d)
-		}
-		c.timeout = d
-		return nil
-	}
+	return func(c *config) error { return c.SetTimeout(d) }
 }
 
 // WithPrefix puts the Locker's keys under prefix (default
@@ -64,7 +68,7 @@ func WithPrefix(prefix string) Option {
 // ([observe.Multi]); a nil o adds nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
-		c.obs = observe.Multi(c.obs, o)
+		c.AddObserver(o)
 		return nil
 	}
 }
@@ -72,18 +76,13 @@ func WithObserver(o observe.Observer) Option {
 // observeFailure reports an acquisition that began at start and failed (a
 // granted one is reported as it is armed).
 func (c *config) observeFailure(ctx context.Context, name string, start time.Time, err error) {
-	ttllock.ObserveFailure(ctx, c.obs, observe.Event{Source: "etcdlock", Name: name}, start, err, ErrInvalid)
+	ttllock.ObserveFailure(ctx, c.Observer, observe.Event{Source: "etcdlock", Name: name}, start, err, ErrInvalid)
 }
 
 func buildConfig(opts []Option) (config, error) {
-	c := config{timeout: DefaultTimeout, prefix: DefaultPrefix}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&c); err != nil {
-			return c, err
-		}
+	c := config{Config: kit.NewConfig(), prefix: DefaultPrefix}
+	if err := ttllock.Apply(&c, opts); err != nil {
+		return c, err
 	}
 	if !strings.HasSuffix(c.prefix, "/") {
 		c.prefix += "/"
