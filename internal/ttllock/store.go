@@ -259,6 +259,17 @@ func (w *backoff) pause(ctx context.Context, remaining time.Duration) error {
 	}
 }
 
+// Backoff is the default pause between attempts, for a package that polls
+// in a frame of its own (dynamo's record-version watch): the zero value is
+// ready, and each Pause doubles the next.
+type Backoff struct{ b backoff }
+
+// Pause returns when the next attempt is due (nil) or when ctx ended
+// (ctx's error); remaining, if positive, is how long the holder has left.
+func (w *Backoff) Pause(ctx context.Context, remaining time.Duration) error {
+	return w.b.pause(ctx, remaining)
+}
+
 // Acquirer is a package's sqlock.Acquirer of locks that last ttl: acquire
 // and try are its Acquire and TryAcquire (method values of a Manager or
 // Locker, which may be nil). A failed acquisition's typed nil lock never
