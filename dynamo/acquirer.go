@@ -1,36 +1,16 @@
 package dynamo
 
 import (
-	"context"
 	"time"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
 // Acquirer returns lk as a [sqlock.Acquirer] whose locks last ttl (renewed
 // as every lock is): Acquire is [Locker.Acquire] and TryAcquire is
 // [Locker.TryAcquire], each returning a *[Lock] (a [sqlock.Fenced]). An
 // invalid ttl is reported by every acquisition, as [ErrInvalid].
-func (lk *Locker) Acquirer(ttl time.Duration) sqlock.Acquirer { return lockerTTL{lk, ttl} }
-
-type lockerTTL struct {
-	lk  *Locker
-	ttl time.Duration
-}
-
-func (a lockerTTL) Acquire(ctx context.Context, name string) (sqlock.Lock, error) {
-	return asLock(a.lk.Acquire(ctx, name, a.ttl))
-}
-
-func (a lockerTTL) TryAcquire(ctx context.Context, name string) (sqlock.Lock, error) {
-	return asLock(a.lk.TryAcquire(ctx, name, a.ttl))
-}
-
-// asLock keeps a failed acquisition's typed nil from becoming a non-nil
-// sqlock.Lock.
-func asLock(l *Lock, err error) (sqlock.Lock, error) {
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
+func (lk *Locker) Acquirer(ttl time.Duration) sqlock.Acquirer {
+	return ttllock.Acquirer(lk.Acquire, lk.TryAcquire, ttl)
 }

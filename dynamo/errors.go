@@ -3,7 +3,6 @@ package dynamo
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -21,18 +20,18 @@ import (
 // same meaning, as every backend's do.
 var (
 	// ErrNotAcquired: TryAcquire found the lock held by someone else.
-	ErrNotAcquired = errkind.New(sqlock.ErrNotAcquired, "dynamo: held by someone else")
+	ErrNotAcquired = sentinels.NotAcquired
 	// ErrTimeout: Acquire waited for its whole bound (WithTimeout, or the
 	// context's deadline, which then — and only then — also matches
 	// context.DeadlineExceeded) without getting the lock.
-	ErrTimeout = errkind.New(sqlock.ErrTimeout, "dynamo: timed out waiting for the lock")
+	ErrTimeout = sentinels.Timeout
 	// ErrLost: the lock can no longer be trusted — no renewal was
 	// confirmed before its local deadline, or the table no longer has it
 	// as this holder's.
-	ErrLost = errkind.New(sqlock.ErrLost, "dynamo: lost")
+	ErrLost = sentinels.Lost
 	// ErrNotHeld: Release of a lock that was already released, or that the
 	// table no longer had as this holder's; nothing changed.
-	ErrNotHeld = errors.New("dynamo: not held")
+	ErrNotHeld = sentinels.NotHeld
 	// ErrInvalid: an argument the call cannot honour (an empty or
 	// oversized lock name, a TTL shorter than MinTTL, an empty attribute
 	// name, an assignment to a key attribute, a key of the wrong shape …).
@@ -42,6 +41,28 @@ var (
 	// written (a fenced write never creates an item).
 	ErrMissing = errors.New("dynamo: no item has the key")
 )
+
+// sentinels are the errors every TTL lock backend reports, in this
+// package's words; ErrInvalid is this package's own, since it refuses more
+// than a lock's name or TTL (attributes, keys).
+var sentinels = ttllock.NewSentinels("dynamo", "lock", "name")
+
+// kit describes the package to the TTL-lock toolkit: its sentinels, and
+// its options' shared part.
+var kit = &ttllock.Package{
+	Name: "dynamo", System: "aws.dynamodb", Noun: "lock",
+	Sentinels: func() ttllock.Sentinels {
+		s := sentinels
+		s.Invalid = ErrInvalid
+		return s
+	}(),
+	Error: func(op, name string, kind, cause error) error {
+		return &Error{Op: op, Name: name, Err: kind, Cause: cause}
+	},
+	Margin: margin, MarginName: "clock-rate allowance",
+	RetryMin: retryMin, RetryMax: retryMax,
+	DefaultTimeout: DefaultTimeout,
+}
 
 // Error is the error type of this package.
 type Error struct {
@@ -53,49 +74,16 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("dynamo: ")
-	b.WriteString(e.Op)
+	op := e.Op
 	if e.Table != "" {
-		b.WriteString(" on ")
-		b.WriteString(e.Table)
+		op += " on " + e.Table
 	}
-	if e.Name != "" {
-		b.WriteString(" ")
-		b.WriteString(quote(e.Name))
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(strings.TrimPrefix(e.Err.Error(), "dynamo: "))
-	}
-	if e.Cause != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Cause.Error())
-	}
-	return b.String()
+	return ttllock.ErrorText("dynamo", op, e.Name, e.Err, e.Cause)
 }
 
 // Unwrap returns the sentinel and the cause, so errors.Is and errors.As see
 // both.
-func (e *Error) Unwrap() []error {
-	out := make([]error, 0, 2)
-	if e.Err != nil {
-		out = append(out, e.Err)
-	}
-	if e.Cause != nil {
-		out = append(out, e.Cause)
-	}
-	return out
-}
-
-// quote shows a name in an error, cut to a readable length.
-func quote(s string) string {
-	const max = 64
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return `"` + s + `"`
-}
+func (e *Error) Unwrap() []error { return ttllock.Unwrap(e.Err, e.Cause) }
 
 // conditionFailed classifies the SDK's error once: a conditional write
 // whose condition was false (the only refusal this package expects), and
@@ -118,13 +106,11 @@ func invalid(op, table, name, reason string) error {
 // ctxError turns the end of an acquisition's context into an error: a
 // wait that ran out is ErrTimeout — matching context.DeadlineExceeded only
 // when the caller's deadline, not WithTimeout, ended it — and a
-// cancellation is the context's cause. last, when not nil, is the last
-// attempt's failure.
-func ctxError(op, table, name string, ctx context.Context, last error) error {
+// cancellation is the context's cause. A request the end cut short is not
+// joined: the SDK's error wraps context.DeadlineExceeded whichever bound
+// ended the wait, as the toolkit's Store reports the context's end alone.
+func ctxError(op, table, name string, ctx context.Context) error {
 	timedOut, cause := ttllock.WaitEnd(ctx)
-	if last != nil {
-		cause = errors.Join(cause, last)
-	}
 	if timedOut {
 		return &Error{Op: op, Table: table, Name: name, Err: ErrTimeout, Cause: cause}
 	}

@@ -56,7 +56,7 @@ func (l *Lock) start(ctx context.Context, ttl time.Duration, began, sent time.Ti
 	l.hold.Start(ctx, (*lockBackend)(l), ttllock.Spec{
 		TTL: ttl, Margin: margin(ttl), MarginName: "clock-rate allowance",
 		RetryMin: retryMin, RetryMax: retryMax,
-		Observer: l.lk.cfg.obs, Event: event(l.name),
+		Observer: l.lk.cfg.Observer, Event: event(l.name),
 		Timers: &l.lk.timers,
 	}, began, sent)
 }

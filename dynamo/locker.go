@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -115,7 +114,7 @@ func (lk *Locker) TryAcquire(ctx context.Context, name string, ttl time.Duration
 
 // observed is acquire reported to the Locker's observer.
 func (lk *Locker) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lock, error) {
-	if lk == nil || lk.cfg.obs == nil {
+	if lk == nil || lk.cfg.Observer == nil {
 		return lk.acquire(ctx, op, name, ttl, wait, time.Time{})
 	}
 	start := time.Now()
@@ -143,10 +142,10 @@ func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duratio
 	}
 	if wait {
 		var cancel context.CancelFunc
-		ctx, cancel = ttllock.BoundWait(ctx, lk.cfg.timeout)
+		ctx, cancel = ttllock.BoundWait(ctx, lk.cfg.Timeout)
 		defer cancel()
 	}
-	var w waiter
+	var w ttllock.Backoff // between polls of a held lock's record
 	for writes := 1; ; writes++ {
 		takeover := lk.takeover(name)
 		l := &Lock{lk: lk, name: name, owner: newID(), rvn: newID()}
@@ -161,7 +160,7 @@ func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duratio
 		if failed, _ := conditionFailed(err); !failed {
 			lk.cleanUp(l) // the answer may be lost, not the grant
 			if ctx.Err() != nil {
-				return nil, ctxError(op, lk.table, name, ctx, err)
+				return nil, ctxError(op, lk.table, name, ctx)
 			}
 			return nil, &Error{Op: op, Table: lk.table, Name: name, Cause: err}
 		}
@@ -172,7 +171,7 @@ func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duratio
 			rec, err := lk.read(ctx, name)
 			if err != nil {
 				if ctx.Err() != nil {
-					return nil, ctxError(op, lk.table, name, ctx, err)
+					return nil, ctxError(op, lk.table, name, ctx)
 				}
 				return nil, &Error{Op: op, Table: lk.table, Name: name, Cause: err}
 			}
@@ -194,8 +193,8 @@ func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duratio
 			if !wait {
 				return nil, &Error{Op: op, Table: lk.table, Name: name, Err: ErrNotAcquired}
 			}
-			if !w.pause(ctx, time.Until(s.since.Add(s.lease))) {
-				return nil, ctxError(op, lk.table, name, ctx, nil)
+			if w.Pause(ctx, time.Until(s.since.Add(s.lease))) != nil {
+				return nil, ctxError(op, lk.table, name, ctx)
 			}
 		}
 		if !wait && writes >= tryWrites {
@@ -363,33 +362,6 @@ func (lk *Locker) cleanUp(l *Lock) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	l.releaseItem(ctx)
-}
-
-// Waits between polls of a held lock's record: a jittered pause that
-// doubles from waitMin to waitMax, never much past the end of the watch.
-const (
-	waitMin = 5 * time.Millisecond
-	waitMax = 100 * time.Millisecond
-)
-
-type waiter struct{ d time.Duration }
-
-// pause waits before the next poll; remaining is the watch's time left. It
-// reports false if ctx ended first.
-func (w *waiter) pause(ctx context.Context, remaining time.Duration) bool {
-	w.d = max(waitMin, min(2*w.d, waitMax))
-	d := w.d
-	if remaining > 0 {
-		d = min(d, remaining+time.Millisecond)
-	}
-	t := time.NewTimer(d/2 + rand.N(d/2+1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // newID returns 128 random bits as hex: an owner or a record version.

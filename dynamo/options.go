@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -17,8 +15,7 @@ import (
 const DefaultTimeout = 5 * time.Second
 
 type config struct {
-	timeout time.Duration
-	obs     observe.Observer // nil: none
+	ttllock.Config // the timeout and the observer
 }
 
 // Option configures a Locker.
@@ -29,13 +26,7 @@ type Option func(*config) error
 // negative: an error matching [sqlock.ErrInvalidOption]): no wait is
 // unbounded, and TryAcquire does not wait.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return errkind.New(sqlock.ErrInvalidOption, "dynamo: timeout %v must be positive", d)
-		}
-		c.timeout = d
-		return nil
-	}
+	return func(c *config) error { return c.SetTimeout(d) }
 }
 
 // WithObserver reports each acquisition (observe.LockAcquire with the
@@ -46,31 +37,24 @@ func WithTimeout(d time.Duration) Option {
 // add up ([observe.Multi]); a nil o adds nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
-		c.obs = observe.Multi(c.obs, o)
+		c.AddObserver(o)
 		return nil
 	}
 }
 
 // event is the observer event of the lock called name.
 func event(name string) observe.Event {
-	return observe.Event{Source: "dynamo", System: "aws.dynamodb", Name: name}
+	return observe.Event{Source: kit.Name, System: kit.System, Name: name}
 }
 
 // observeFailure reports an acquisition that began at start and failed
 // (a granted one is reported as it is armed).
 func (c *config) observeFailure(ctx context.Context, name string, start time.Time, err error) {
-	ttllock.ObserveFailure(ctx, c.obs, event(name), start, err, ErrInvalid)
+	ttllock.ObserveFailure(ctx, c.Observer, event(name), start, err, ErrInvalid)
 }
 
 func buildConfig(opts []Option) (config, error) {
-	c := config{timeout: DefaultTimeout}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&c); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+	c := config{Config: kit.NewConfig()}
+	err := ttllock.Apply(&c, opts)
+	return c, err
 }
