@@ -1,11 +1,6 @@
 package etcdlock
 
-import (
-	"context"
-	"errors"
-
-	"github.com/sqlock/sqlock/internal/ttllock"
-)
+import "github.com/sqlock/sqlock/internal/ttllock"
 
 // Errors. Every error this package returns is an *Error matching one of
 // these with errors.Is, or one of the shared sentinels of package sqlock
@@ -51,19 +46,3 @@ func (e *Error) Error() string { return ttllock.ErrorText("etcdlock", e.Op, e.Na
 // Unwrap returns the sentinel and the cause, so errors.Is and errors.As see
 // both.
 func (e *Error) Unwrap() []error { return ttllock.Unwrap(e.Err, e.Cause) }
-
-// ctxError turns the end of an acquisition's context into an error: a
-// wait that ran out is ErrTimeout — matching context.DeadlineExceeded only
-// when the caller's deadline, not WithTimeout, ended it — and a
-// cancellation is the context's cause. last, when not nil, is the last
-// request's failure.
-func ctxError(op, name string, ctx context.Context, last error) error {
-	timedOut, cause := ttllock.WaitEnd(ctx)
-	if last != nil {
-		cause = errors.Join(cause, last)
-	}
-	if timedOut {
-		return &Error{Op: op, Name: name, Err: ErrTimeout, Cause: cause}
-	}
-	return &Error{Op: op, Name: name, Cause: cause}
-}

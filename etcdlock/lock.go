@@ -9,9 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sqlock/sqlock"
-	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/internal/ttllock"
-	"github.com/sqlock/sqlock/observe"
 )
 
 // drift is the allowance for the client's and the leader's clocks running
@@ -32,55 +30,35 @@ const (
 // attached to a lease of its own, with a fencing token. Its methods are
 // safe for concurrent use.
 type Lock struct {
-	c     *clientv3.Client
-	name  string
-	key   string
-	lease clientv3.LeaseID
-	token int64
-	h     ttllock.Hold
+	tl ttllock.Lock
 }
 
 // A Lock is a [sqlock.Lock] with a fencing token.
 var _ sqlock.Fenced = (*Lock)(nil)
 
-// start reports and arms a lock whose lease was granted or last kept
-// alive by a request sent at sent.
-func (l *Lock) start(ctx context.Context, ttl time.Duration, began, sent time.Time, obs observe.Observer, timers *lazytimer.Queue) {
-	l.h.Start(ctx, (*backend)(l), ttllock.Spec{
-		TTL: ttl, Margin: drift(ttl), MarginName: "drift allowance",
-		RetryMin: retryMin, RetryMax: retryMax,
-		Observer: obs, Event: observe.Event{Source: "etcdlock", Name: l.name},
-		Timers: timers,
-	}, began, sent)
+// held is a granted lock's lease seen by package internal/ttllock: a
+// renewal is one keepalive of the lease, a release its revocation (which
+// deletes the key with it).
+type held struct {
+	c     *clientv3.Client
+	key   string
+	lease clientv3.LeaseID
 }
 
-// backend is a Lock seen by package internal/ttllock: a renewal is one
-// keepalive of the lease, a release its revocation (which deletes the key
-// with it).
-type backend Lock
-
-func (b *backend) Renew(ctx context.Context) (refused bool, err error) {
-	_, err = b.c.KeepAliveOnce(clientv3.WithRequireLeader(ctx), b.lease)
+func (h *held) Renew(ctx context.Context) (refused bool, err error) {
+	_, err = h.c.KeepAliveOnce(clientv3.WithRequireLeader(ctx), h.lease)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return true, errors.New("the cluster no longer has the lock's lease (it expired)")
 	}
 	return false, err
 }
 
-func (b *backend) Release(ctx context.Context) error {
-	_, err := b.c.Revoke(ctx, b.lease)
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return &Error{Op: "release", Name: b.name, Err: ErrNotHeld,
-			Cause: errors.New("the cluster no longer had the lock's lease (it expired); nothing changed")}
-	case err != nil:
-		return &Error{Op: "release", Name: b.name, Cause: err}
+func (h *held) Release(ctx context.Context) (notHeld bool, err error) {
+	_, err = h.c.Revoke(ctx, h.lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return true, nil
 	}
-	return nil
-}
-
-func (b *backend) LostError(cause error) error {
-	return &Error{Op: "hold", Name: b.name, Err: ErrLost, Cause: cause}
+	return false, err
 }
 
 // Token is the lock's fencing token: the create revision of its key,
@@ -88,29 +66,34 @@ func (b *backend) LostError(cause error) error {
 // holder's is greater, through leader changes, member failures and
 // restarts of the cluster with its data. Write it beside the data the
 // lock protects and refuse writes that carry a smaller one.
-func (l *Lock) Token() int64 { return l.token }
+func (l *Lock) Token() int64 { return l.tl.Token() }
 
 // Name is the lock's name.
-func (l *Lock) Name() string { return l.name }
+func (l *Lock) Name() string { return l.tl.Name() }
 
 // Key is the lock's key in etcd.
-func (l *Lock) Key() string { return l.key }
+func (l *Lock) Key() string {
+	if h, ok := l.tl.Held().(*held); ok {
+		return h.key
+	}
+	return ""
+}
 
 // Deadline is the local time until which the lock is trusted: when the
 // request that granted or last kept alive its lease was sent, plus the
 // TTL, less the drift allowance (1% of the TTL plus 2 ms). Lost fires then
 // unless a keepalive moves it.
-func (l *Lock) Deadline() time.Time { return l.h.Deadline() }
+func (l *Lock) Deadline() time.Time { return l.tl.Deadline() }
 
 // Lost returns a channel that is closed when the lock can no longer be
 // trusted: the cluster no longer has its lease, or no keepalive was
 // confirmed before Deadline — which is before the cluster can expire the
 // lease, by the drift allowance. A Release never closes it.
-func (l *Lock) Lost() <-chan struct{} { return l.h.Lost() }
+func (l *Lock) Lost() <-chan struct{} { return l.tl.Lost() }
 
 // Err is nil while the lock is trusted, and then an error matching
 // [ErrLost] that says why.
-func (l *Lock) Err() error { return l.h.Err() }
+func (l *Lock) Err() error { return l.tl.Err() }
 
 // Context returns a context derived from parent that ends when the lock is
 // lost (its cause then matches [ErrLost]) or cancel is called, and that
@@ -118,7 +101,7 @@ func (l *Lock) Err() error { return l.h.Err() }
 // writes of versioned, sqlxhelpers and gormplugin made with it are refused
 // by PostgreSQL once a newer holder has written. Call cancel when done.
 func (l *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	return l.h.Context(sqlock.WithFencingToken(parent, l.token))
+	return l.tl.Context(parent)
 }
 
 // Release stops the keepalives and revokes the lock's lease, which
@@ -131,9 +114,5 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return kit.NilRelease()
 	}
-	err := l.h.Release(ctx)
-	if err == ttllock.ErrReleased {
-		return &Error{Op: "release", Name: l.name, Err: ErrNotHeld, Cause: err}
-	}
-	return err
+	return l.tl.Release(ctx)
 }

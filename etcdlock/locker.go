@@ -14,7 +14,6 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
-	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/internal/nilcheck"
 	"github.com/sqlock/sqlock/internal/ttllock"
 )
@@ -34,10 +33,9 @@ const MaxNameLen = 1024
 // Locker takes locks on an etcd cluster. It is safe for concurrent use;
 // make one per client and share it.
 type Locker struct {
+	base   ttllock.Base // the options, New's error, the held locks' timers
 	c      *clientv3.Client
-	cfg    config
-	err    error           // from New: nil client or invalid option
-	timers lazytimer.Queue // the held locks' deadlines and keepalives
+	prefix string
 }
 
 // New returns a Locker on client.
@@ -47,13 +45,15 @@ type Locker struct {
 // every acquisition.
 func New(client *clientv3.Client, opts ...Option) *Locker {
 	lk := &Locker{c: client}
-	lk.cfg, lk.err = buildConfig(opts)
+	cfg, err := buildConfig(opts)
 	switch {
-	case lk.err != nil:
-		lk.err = &Error{Op: "new", Cause: lk.err}
+	case err != nil:
+		err = &Error{Op: "new", Cause: err}
 	case nilcheck.Is(client):
-		lk.err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil client")}
+		err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil client")}
 	}
+	lk.base.Init(&kit, cfg.Config, err)
+	lk.prefix = cfg.prefix
 	return lk
 }
 
@@ -68,96 +68,80 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 // one waiter. The lock's lease is kept alive every ttl/3 until Release;
 // [Lock.Lost] fires when it can no longer be trusted.
 func (lk *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	return lk.observed(ctx, "acquire", name, ttl, true)
+	return lk.acquire(ctx, "acquire", name, ttl, true)
 }
 
 // TryAcquire is Acquire without the wait: if the lock is held (or anyone
 // waits for it) it returns an error matching [ErrNotAcquired] at once. It
 // takes the lock in one transaction, after granting its lease.
 func (lk *Locker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	return lk.observed(ctx, "tryacquire", name, ttl, false)
+	return lk.acquire(ctx, "tryacquire", name, ttl, false)
 }
 
-// observed is acquire reported to the Locker's observer.
-func (lk *Locker) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lock, error) {
-	start := time.Now()
-	l, err := lk.acquire(ctx, op, name, ttl, wait, start)
-	if lk != nil && lk.cfg.Observer != nil {
-		lk.cfg.observeFailure(ctx, name, start, err)
+// acquire is one acquisition, through the toolkit (package
+// internal/ttllock), with the Locker as its Store.
+func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lock, error) {
+	if lk == nil {
+		return nil, kit.NilHandle(op, name, "Locker")
 	}
-	return l, err
+	r := ttllock.Request{Op: op, Name: name, TTL: ttl, Wait: wait}
+	return ttllock.Acquire(ctx, &lk.base, (*store)(lk), r, func() (*Lock, *ttllock.Lock) {
+		l := &Lock{}
+		return l, &l.tl
+	})
 }
 
-// acquire takes the lock; began is when the acquisition began.
+// store is a Locker seen by the toolkit.
 //
 // Round trips: LeaseGrant, then one Txn that puts the caller's key and
 // reads its predecessor; TryAcquire's Txn puts the key only if the name
 // has none. A waiter then watches its predecessor and, when it is deleted,
 // reads (one Txn, which also checks that its own key still stands) the
 // next one.
-func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool, began time.Time) (*Lock, error) {
-	if lk == nil {
-		return nil, kit.NilHandle(op, name, "Locker")
+type store Locker
+
+// Check refuses bad input before anything is sent.
+func (*store) Check(name string, ttl time.Duration) (time.Duration, error) {
+	switch {
+	case name == "":
+		return 0, errors.New("empty name")
+	case len(name) > MaxNameLen:
+		return 0, fmt.Errorf("name of %d bytes is longer than %d", len(name), MaxNameLen)
+	case ttl < MinTTL || ttl > MaxTTL:
+		return 0, fmt.Errorf("TTL %v is outside [%v, %v] (etcd's leases are whole seconds)", ttl, MinTTL, MaxTTL)
 	}
-	if lk.err != nil {
-		return nil, lk.err
-	}
-	if err := check(ctx, op, name, ttl); err != nil {
-		return nil, err
-	}
-	ctx, cancel := ttllock.BoundWait(ctx, lk.cfg.Timeout)
-	defer cancel()
+	return ttl, nil
+}
+
+// Grant writes the caller's key and, when wait, waits in line until it is
+// the oldest. A request that failed (a cluster without a leader) is a
+// refusal: Acquire pauses (the toolkit's backoff) and tries again within
+// its bound, TryAcquire reports it.
+func (s *store) Grant(ctx context.Context, name string, ttl time.Duration, wait bool) (ttllock.Grant, error) {
 	// A member without a leader refuses at once instead of queueing the
 	// request until its own timeout.
-	rctx := clientv3.WithRequireLeader(ctx)
-	prefix := lk.cfg.prefix + url.PathEscape(name) + "/"
+	ctx = clientv3.WithRequireLeader(ctx)
+	prefix := s.prefix + url.PathEscape(name) + "/"
 	secs := int64(math.Ceil(ttl.Seconds()))
-
-	var (
-		sent        time.Time
-		lease       clientv3.LeaseID
-		key         string
-		rev, seen   int64
-		pred        []byte
-		notAcquired bool
-	)
-	for {
-		var err error
-		sent = time.Now()
-		lease, key, rev, seen, pred, notAcquired, err = lk.enqueue(rctx, prefix, secs, wait)
-		if err == nil {
-			break
-		}
-		// Acquire waits out a cluster without a leader (an election, a
-		// lost quorum) within its bound; TryAcquire reports it.
-		if !wait || ctx.Err() != nil {
-			return nil, lk.failed(op, name, ctx, err)
-		}
-		t := time.NewTimer(retryPause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, lk.failed(op, name, ctx, err)
-		case <-t.C:
-		}
-	}
-	if notAcquired {
-		return nil, &Error{Op: op, Name: name, Err: ErrNotAcquired}
+	sent := time.Now()
+	lease, key, rev, seen, pred, notAcquired, err := s.enqueue(ctx, prefix, secs, wait)
+	switch {
+	case err != nil && ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		return ttllock.Grant{}, err // the context's end itself, which the toolkit reports
+	case err != nil:
+		return ttllock.Grant{Remaining: -1, Refused: ttllock.Refuse(nil, err)}, nil
+	case notAcquired:
+		return ttllock.Grant{Remaining: -1}, nil
 	}
 	if pred != nil {
-		w := waiter{c: lk.c, lease: lease, ttl: ttl, sent: sent}
-		if err := w.wait(rctx, prefix, key, rev, pred, seen); err != nil {
-			lk.revoke(lease) // leave the line at once
-			if ctx.Err() != nil {
-				return nil, ctxError(op, name, ctx, nil)
-			}
-			return nil, &Error{Op: op, Name: name, Cause: err}
+		w := waiter{c: s.c, lease: lease, ttl: ttl, sent: sent}
+		if err := w.wait(ctx, prefix, key, rev, pred, seen); err != nil {
+			s.revoke(lease) // leave the line at once
+			return ttllock.Grant{}, err
 		}
 		sent = w.sent
 	}
-	l := &Lock{c: lk.c, name: name, key: key, lease: lease, token: rev}
-	l.start(ctx, ttl, began, sent, lk.cfg.Observer, &lk.timers)
-	return l, nil
+	return ttllock.Grant{Held: &held{c: s.c, key: key, lease: lease}, Token: rev, Sent: sent}, nil
 }
 
 // enqueue grants a lease and writes the caller's key under prefix with
@@ -165,15 +149,15 @@ func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duratio
 // revision seen), nil if it holds the lock; otherwise the key is written
 // only if prefix has none (notAcquired if it had). rev is the key's create
 // revision. A lease that holds no key when enqueue returns is revoked.
-func (lk *Locker) enqueue(ctx context.Context, prefix string, secs int64, wait bool) (lease clientv3.LeaseID, key string, rev, seen int64, pred []byte, notAcquired bool, err error) {
-	g, err := lk.c.Grant(ctx, secs)
+func (s *store) enqueue(ctx context.Context, prefix string, secs int64, wait bool) (lease clientv3.LeaseID, key string, rev, seen int64, pred []byte, notAcquired bool, err error) {
+	g, err := s.c.Grant(ctx, secs)
 	if err != nil {
 		return 0, "", 0, 0, nil, false, err
 	}
 	lease = g.ID
 	key = fmt.Sprintf("%s%016x", prefix, int64(lease))
 	put := clientv3.OpPut(key, "", clientv3.WithLease(lease))
-	txn := lk.c.Txn(ctx)
+	txn := s.c.Txn(ctx)
 	if wait {
 		txn = txn.Then(clientv3.OpGet(prefix, clientv3.WithLastCreate()...), put)
 	} else {
@@ -182,10 +166,10 @@ func (lk *Locker) enqueue(ctx context.Context, prefix string, secs int64, wait b
 	resp, err := txn.Commit()
 	switch {
 	case err != nil:
-		lk.revoke(lease) // the answer may be lost, not the write
+		s.revoke(lease) // the answer may be lost, not the write
 		return 0, "", 0, 0, nil, false, err
 	case !resp.Succeeded:
-		lk.revoke(lease)
+		s.revoke(lease)
 		return 0, "", 0, 0, nil, true, nil
 	}
 	rev = resp.Header.Revision
@@ -197,43 +181,14 @@ func (lk *Locker) enqueue(ctx context.Context, prefix string, secs int64, wait b
 	return lease, key, rev, rev, pred, false, nil
 }
 
-// failed is a request's failure: the end of ctx if it has ended, the
-// request's error otherwise.
-func (lk *Locker) failed(op, name string, ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			err = nil // the context's end itself, which ctxError reports
-		}
-		return ctxError(op, name, ctx, err)
-	}
-	return &Error{Op: op, Name: name, Cause: err}
-}
-
 // revoke gives back a lease that holds no lock (a refused try, a waiter
 // that gave up, a request whose answer was lost): its key, if the cluster
 // wrote it, goes with it. Detached from the acquisition's context, with a
 // bound of its own; if it fails the lease expires by its TTL.
-func (lk *Locker) revoke(lease clientv3.LeaseID) {
+func (s *store) revoke(lease clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), ttllock.ReleaseTimeout)
 	defer cancel()
-	lk.c.Revoke(ctx, lease)
-}
-
-// check refuses bad input before anything is sent.
-func check(ctx context.Context, op, name string, ttl time.Duration) error {
-	switch {
-	case name == "":
-		return &Error{Op: op, Err: ErrInvalid, Cause: errors.New("empty name")}
-	case len(name) > MaxNameLen:
-		return &Error{Op: op, Name: name, Err: ErrInvalid,
-			Cause: fmt.Errorf("name of %d bytes is longer than %d", len(name), MaxNameLen)}
-	case ttl < MinTTL || ttl > MaxTTL:
-		return &Error{Op: op, Name: name, Err: ErrInvalid,
-			Cause: fmt.Errorf("TTL %v is outside [%v, %v] (etcd's leases are whole seconds)", ttl, MinTTL, MaxTTL)}
-	case ctx == nil:
-		return &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "etcdlock: nil context")}
-	}
-	return nil
+	s.c.Revoke(ctx, lease)
 }
 
 // waiter is an acquisition in line: its key is written; it keeps its

@@ -1,7 +1,6 @@
 package etcdlock
 
 import (
-	"context"
 	"strings"
 	"time"
 
@@ -26,7 +25,10 @@ var kit = ttllock.Package{
 	Error: func(op, name string, kind, cause error) error {
 		return &Error{Op: op, Name: name, Err: kind, Cause: cause}
 	},
+	Margin: drift, MarginName: "drift allowance",
+	RetryMin: retryMin, RetryMax: retryMax,
 	DefaultTimeout: DefaultTimeout,
+	BoundTry:       true, // WithTimeout bounds the cluster's answer to a try too
 }
 
 type config struct {
@@ -63,20 +65,14 @@ func WithPrefix(prefix string) Option {
 // WithObserver reports each acquisition (observe.LockAcquire with the
 // outcome and the wait), each lock's end (observe.LockRelease: Released, or
 // Lost, with the hold time) and each keepalive that failed and will be
-// tried again (observe.Retry, cause "renew") to o, with Source "etcdlock"
-// and the lock's name as Name. Several WithObserver options add up
+// tried again (observe.Retry, cause "renew") to o, with Source "etcdlock",
+// System "etcd" and the lock's name as Name. Several WithObserver options add up
 // ([observe.Multi]); a nil o adds nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
 		c.AddObserver(o)
 		return nil
 	}
-}
-
-// observeFailure reports an acquisition that began at start and failed (a
-// granted one is reported as it is armed).
-func (c *config) observeFailure(ctx context.Context, name string, start time.Time, err error) {
-	ttllock.ObserveFailure(ctx, c.Observer, observe.Event{Source: "etcdlock", Name: name}, start, err, ErrInvalid)
 }
 
 func buildConfig(opts []Option) (config, error) {
