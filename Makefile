@@ -24,8 +24,9 @@ MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesM
 # missing ones as root, or prints the apt-get line to run. The tests on MariaDB
 # (internal/testing/mariatest) start their own server from mariadb-server's binaries,
 # and redislock's (internal/testing/redistest) theirs from redis-server's; the
-# dynamo module's run dynalite under Debian's Node, installed with npm into a cache.
-TEST_DEPS := postgresql pgbouncer mariadb-server redis-server nodejs npm
+# dynamo module's run dynalite under Debian's Node, installed with npm into a cache;
+# the etcdlock module's a three-member cluster of etcd-server's binary.
+TEST_DEPS := postgresql pgbouncer mariadb-server redis-server nodejs npm etcd-server
 DEMO_DEPS := postgresql
 
 .PHONY: test lint deps deps-demo demo bench bench-report bench-redis fuzz

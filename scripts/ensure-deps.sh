@@ -7,7 +7,8 @@
 #
 # Known packages: postgresql (the server binaries: the tests and the demo run
 # their own throwaway cluster), pgbouncer, redis-server, mariadb-server,
-# nodejs and npm (the dynamo module's tests run dynalite, installed by npm). When
+# nodejs and npm (the dynamo module's tests run dynalite, installed by npm),
+# etcd-server (the etcdlock module's tests run a three-member cluster of it). When
 # everything asked for is present it does nothing: no apt call. Otherwise, as
 # root, it installs the missing ones from Debian's packages without creating
 # or starting any system cluster or service, waiting up to ten minutes for an
@@ -22,7 +23,7 @@ set -euo pipefail
 lock_timeout=600
 lock_poll=2
 
-known="postgresql pgbouncer redis-server mariadb-server nodejs npm"
+known="postgresql pgbouncer redis-server mariadb-server nodejs npm etcd-server"
 
 # have PACKAGE succeeds when what the project uses of PACKAGE is installed;
 # it returns 2 for a package it does not know.
@@ -34,6 +35,7 @@ have() {
     mariadb-server) command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ;;
     nodejs) command -v node >/dev/null 2>&1 ;;
     npm) command -v npm >/dev/null 2>&1 ;;
+    etcd-server) command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] ;;
     *) return 2 ;;
   esac
 }

@@ -114,7 +114,7 @@ func TestEnsureDepsRefusesUnknownPackages(t *testing.T) {
 		cmd := exec.Command("./ensure-deps.sh", args...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "known: postgresql pgbouncer redis-server mariadb-server nodejs npm") {
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "known: postgresql pgbouncer redis-server mariadb-server nodejs npm etcd-server") {
 			t.Errorf("ensure-deps.sh %q: %v, %q; want exit 2 naming the known packages", args, err, out)
 		}
 	}
