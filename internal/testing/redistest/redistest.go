@@ -16,6 +16,9 @@
 // Fault levers: [Server.Kill] (SIGKILL), [Server.Stop] (SIGTERM, a clean
 // shutdown), [Server.Start] (again, on the same port and directory),
 // [Server.Restart], [Server.Pause] (SIGSTOP) and [Server.Resume] (SIGCONT).
+// A server started with [Options.ReplicaOf] is a replica;
+// [Server.DropReplicas] on its primary and [Server.Promote] fail it over
+// with the writes it missed lost.
 package redistest
 
 import (
@@ -49,6 +52,10 @@ type Options struct {
 	// node owning every hash slot, so that a cluster client can use it and the server refuses a command or script whose keys are
 	// in different slots (CROSSSLOT), as a real cluster does.
 	Cluster bool
+	// ReplicaOf, a primary's host:port, starts the server as its replica
+	// (--replicaof). [Server.WaitReplicas] on the primary waits until it
+	// has synchronised; [Server.Promote] makes it a primary.
+	ReplicaOf string
 }
 
 // Server is a redis-server owned by this process.
@@ -122,11 +129,20 @@ func startOnce(ctx context.Context, bin string, opts Options) (*Server, error) {
 	}
 	args := []string{bin, dir,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--daemonize", "no", "--protected-mode", "no", "--save", "", "--loglevel", "warning"}
+		"--daemonize", "no", "--protected-mode", "no", "--save", "", "--loglevel", "warning",
+		"--repl-diskless-sync-delay", "0"} // a replica syncs at once, not after 5 s
 	if opts.Persist {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	if opts.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(opts.ReplicaOf)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("redistest: ReplicaOf: %w", err)
+		}
+		args = append(args, "--replicaof", host, port)
 	}
 	if opts.Cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
@@ -183,7 +199,7 @@ func ping(ctx context.Context, addr string) error {
 }
 
 // command sends one command on a connection of its own and returns its
-// simple-string or bulk-string reply. The rig speaks the protocol itself,
+// simple-string, integer or bulk-string reply. The rig speaks the protocol itself,
 // rather than through go-redis, so that the root module does not depend on
 // a Redis client: only package redislock's module does.
 func command(ctx context.Context, addr string, args ...string) (string, error) {
@@ -211,6 +227,8 @@ func command(ctx context.Context, addr string, args ...string) (string, error) {
 	switch {
 	case strings.HasPrefix(line, "+"):
 		return line[1:], nil
+	case strings.HasPrefix(line, ":"):
+		return line[1:], nil
 	case strings.HasPrefix(line, "-"):
 		return "", fmt.Errorf("%s: %s", args[0], line[1:])
 	case strings.HasPrefix(line, "$"):
@@ -225,6 +243,46 @@ func command(ctx context.Context, addr string, args ...string) (string, error) {
 		return string(buf[:n]), nil
 	}
 	return "", fmt.Errorf("%s: unexpected reply %q", args[0], line)
+}
+
+// WaitReplicas waits until n replicas are connected to the server, a
+// primary, and each has finished its initial synchronisation (state
+// online), or ctx ends.
+func (s *Server) WaitReplicas(ctx context.Context, n int) error {
+	err := serverproc.WaitReady(ctx, 30*time.Second, 10*time.Millisecond, s.PID(), func(ctx context.Context) error {
+		info, err := command(ctx, s.Addr, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if online := strings.Count(info, "state=online"); online < n {
+			return fmt.Errorf("%d of %d replicas online", online, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: replicas of %s: %w", s.Addr, err)
+	}
+	return nil
+}
+
+// Promote makes the server, a replica, a primary (REPLICAOF NO ONE), as a
+// failover does: it keeps what it has replicated, and takes writes.
+func (s *Server) Promote(ctx context.Context) error {
+	if _, err := command(ctx, s.Addr, "REPLICAOF", "NO", "ONE"); err != nil {
+		return fmt.Errorf("redistest: promote %s: %w", s.Addr, err)
+	}
+	return nil
+}
+
+// DropReplicas closes the server's connections to its replicas (CLIENT
+// KILL TYPE replica): what it writes next reaches a replica only when it
+// reconnects — never, if the replica is paused and the server killed
+// first. That is how a test loses a write in a failover on purpose.
+func (s *Server) DropReplicas(ctx context.Context) error {
+	if _, err := command(ctx, s.Addr, "CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		return fmt.Errorf("redistest: drop the replicas of %s: %w", s.Addr, err)
+	}
+	return nil
 }
 
 // PID is the redis-server's process id (0 while stopped).
