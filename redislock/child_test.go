@@ -28,6 +28,8 @@ func runChild(role string) int {
 		return exclusionChild()
 	case "paused":
 		return pausedChild()
+	case "exclusion-all":
+		return exclusionAllChild()
 	}
 	fmt.Println("unknown role", role)
 	return 2
@@ -171,4 +173,56 @@ func fencedWrite(ctx context.Context, db *sql.DB, value string, token int64) err
 	}
 	_, err := versioned.Update(ctx, db, register, 1, version, versioned.Set("value", value), versioned.Fence("fence", token))
 	return err
+}
+
+// exclusionAllChild runs the sections of exclusiontest, each under
+// AcquireAll of its name and the next one (k and k+1 of the names, so that
+// every two neighbours contend, in either order): a section is fenced by
+// its own name's token. A Locker on the one server of REDIS_ADDRS.
+func exclusionAllChild() int {
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDRS"), PoolSize: 16})
+	defer c.Close()
+	ttl, err := time.ParseDuration(os.Getenv("REDIS_TTL"))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	keys, _ := strconv.Atoi(os.Getenv("REDIS_KEYS"))
+	locks := redislock.New(c, redislock.WithTimeout(time.Minute))
+	db, err := sql.Open("pgx", os.Getenv("REDIS_DSN"))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer db.Close()
+	db.SetMaxIdleConns(16)
+	return exclusiontest.Child(func(ctx context.Context, me string, k int) exclusiontest.Outcome {
+		exec := func(q string, args ...any) (int64, error) {
+			r, err := db.ExecContext(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			return r.RowsAffected()
+		}
+		name := "excl:" + strconv.Itoa(k)
+		// The neighbour first: AcquireAll sorts them.
+		l, err := locks.AcquireAll(ctx, []string{"excl:" + strconv.Itoa((k+1)%keys), name}, ttl)
+		if err != nil {
+			return exclusiontest.Outcome{Err: err}
+		}
+		token, _ := l.Token(name)
+		o := exclusiontest.FencedSection(
+			func() (int64, error) { return exec(exclusiontest.EnterFenced, me, token, k) },
+			func() (int64, error) { return exec(exclusiontest.LeaveFenced, k, me, token) },
+			500*time.Microsecond, l.Deadline)
+		o.Lost = o.Lost || l.Err() != nil
+		rerr := l.Release(ctx)
+		if errors.Is(rerr, redislock.ErrNotHeld) && l.Err() != nil {
+			rerr = nil
+		}
+		if o.Err == nil {
+			o.Err = rerr
+		}
+		return o
+	})
 }

@@ -20,6 +20,15 @@
 // renewal in flight to end before it sends the release, so no renewal
 // lands after it.
 //
+// [WithReplicas] makes each grant and renewal wait, in the same round
+// trip (WAIT), for replicas to acknowledge it, and refuses a grant they do
+// not ([ErrNotReplicated]): a failover to one of them then grants no lock
+// twice — fewer lost writes, not consensus. [WithHolder] and
+// [WithPayload] store who holds a lock beside its key, which
+// [Locker.Holder] reads. [Locker.AcquireAll] takes several keys all or
+// none in one script, in sorted order, each with its own token
+// ([MultiLock]).
+//
 // A [Redlock] ([NewRedlock], over an odd number ≥ 3 of clients) sets the
 // key on every server in parallel and holds the lock when a majority
 // granted it within its validity: the TTL less the time the attempt took

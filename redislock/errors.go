@@ -3,6 +3,7 @@ package redislock
 import (
 	"errors"
 
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
@@ -30,7 +31,14 @@ var (
 	// ErrNoQuorum: fewer than a majority of a Redlock's servers answered,
 	// so the lock can be neither granted nor refused.
 	ErrNoQuorum = errors.New("redislock: no majority of the servers answered")
-	// ErrInvalid: an empty key, a key with a NUL byte (the fencing
+	// ErrNotReplicated: a Locker with WithReplicas was granted the lock
+	// but fewer replicas than asked acknowledged it within the bound, so
+	// it was released and not handed out (or a renewal did not count). It
+	// matches [ErrNotAcquired] and [sqlock.ErrNotAcquired]: the caller
+	// holds nothing.
+	ErrNotReplicated = errkind.New(ErrNotAcquired, "redislock: not acknowledged by enough replicas")
+	// ErrInvalid: an empty key, an empty or repeated key list (AcquireAll),
+	// a holder label or payload over its bound (WithHolder, WithPayload), a key with a NUL byte (the fencing
 	// counters' key space, FenceKey), or a TTL shorter than MinTTL.
 	// Nothing was sent. It matches [sqlock.ErrInvalidArgument] too.
 	ErrInvalid = sentinels.Invalid

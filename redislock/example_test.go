@@ -91,3 +91,69 @@ func ExampleLocker_Acquirer() {
 	// fenced: true
 	// released: true
 }
+
+// A grant that must survive a failover: it is handed out only once a
+// replica has it. This example's server has no replica, so the grant is
+// refused — and released.
+func ExampleWithReplicas() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer client.Close()
+	locks := redislock.New(client, redislock.WithReplicas(1, 20*time.Millisecond))
+
+	_, err := locks.TryAcquire(ctx, "example:replicated", 10*time.Second)
+	fmt.Println("not replicated:", errors.Is(err, redislock.ErrNotReplicated))
+	fmt.Println("so not acquired:", errors.Is(err, sqlock.ErrNotAcquired))
+	fmt.Println("key left behind:", client.Exists(ctx, "example:replicated").Val())
+	// Output:
+	// not replicated: true
+	// so not acquired: true
+	// key left behind: 0
+}
+
+// Several keys, all or none, each with its own fencing token.
+func ExampleLocker_AcquireAll() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer client.Close()
+	locks := redislock.New(client)
+
+	l, err := locks.AcquireAll(ctx, []string{"example:seat-12", "example:seat-11"}, 10*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Release(ctx)
+	for _, k := range l.Keys() {
+		tok, _ := l.Token(k)
+		fmt.Println(k, tok > 0)
+	}
+	_, err = locks.TryAcquireAll(ctx, []string{"example:seat-10", "example:seat-11"}, 10*time.Second)
+	fmt.Println("overlapping set:", errors.Is(err, redislock.ErrNotAcquired))
+	fmt.Println("seat-10 taken meanwhile:", client.Exists(ctx, "example:seat-10").Val())
+	// Output:
+	// example:seat-11 true
+	// example:seat-12 true
+	// overlapping set: true
+	// seat-10 taken meanwhile: 0
+}
+
+// Who holds a lock: the label and payload its holder's Locker stored.
+func ExampleLocker_Holder() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer client.Close()
+	worker := redislock.New(client, redislock.WithHolder("host-a pid 4242"), redislock.WithPayload([]byte(`{"job":"nightly"}`)))
+
+	l, err := worker.Acquire(ctx, "example:nightly", 10*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Release(ctx)
+
+	h, held, err := redislock.New(client).Holder(ctx, "example:nightly")
+	fmt.Println(held, err, h.Label, string(h.Payload), h.Token == l.Token())
+	// Output:
+	// true <nil> host-a pid 4242 {"job":"nightly"} true
+}

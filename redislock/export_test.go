@@ -17,10 +17,14 @@ func RenewScript() string { return extendScript.Hash() }
 // test's command log sees each sent as EVALSHA with its hash (a script
 // not loaded yet is sent again as EVAL with its source).
 func LoadScripts(ctx context.Context, c redis.Scripter) error {
-	for _, s := range []*redis.Script{acquireScript, extendScript, releaseScript, retakeScript} {
+	for _, s := range []*redis.Script{acquireScript, extendScript, releaseScript, retakeScript,
+		grantAllScript, extendAllScript, releaseAllScript, holderScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// HolderKey is the key of the hash that holds key's label and payload.
+func HolderKey(key string) string { return holderKey(key) }

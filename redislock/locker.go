@@ -41,11 +41,16 @@ const fencePrefix = "\x00fence"
 // not ("job" → "\x00fence{job}"). Only a key with a '}' and no hash tag
 // ("a}b") has its counter in another slot: in Redis Cluster such a lock
 // fails with CROSSSLOT; give its key a hash tag.
-func FenceKey(key string) string {
+func FenceKey(key string) string { return auxKey(fencePrefix, key) }
+
+// auxKey is the key, beginning with prefix, of something kept beside the
+// lock called key (its counter, its holder's label): in key's hash slot,
+// as FenceKey says.
+func auxKey(prefix, key string) string {
 	if hasHashTag(key) || strings.IndexByte(key, '}') >= 0 {
-		return fencePrefix + ":" + key
+		return prefix + ":" + key
 	}
-	return fencePrefix + "{" + key + "}"
+	return prefix + "{" + key + "}"
 }
 
 // hasHashTag reports whether key has a Redis Cluster hash tag: a '{'
@@ -109,6 +114,7 @@ return 0`)
 // make one per client and share it.
 type Locker struct {
 	base ttllock.Base // the options, New's error, the held locks' timers
+	cfg  config
 	c    redis.UniversalClient
 }
 
@@ -126,7 +132,12 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		err = &Error{Op: "new", Cause: err}
 	case isNil(client):
 		err = &Error{Op: "new", Cause: errkind.New(sqlock.ErrNilHandle, "redislock: nil client")}
+	default:
+		if err = cfg.replicas.check(client); err != nil {
+			err = &Error{Op: "new", Cause: err}
+		}
 	}
+	lk.cfg = cfg
 	lk.base.Init(&kit, cfg.Config, err)
 	return lk
 }
@@ -172,9 +183,19 @@ func (s *lockerStore) Check(key string, ttl time.Duration) (time.Duration, error
 
 // Grant is one attempt, with a fresh owner, so that a late command of one
 // given up cannot touch the next's key.
+// A lock that carries a label or payload is taken by AcquireAll's script,
+// on one key.
 func (s *lockerStore) Grant(ctx context.Context, key string, ttl time.Duration, _ bool) (ttllock.Grant, error) {
-	srv := &oneServer{c: s.c, keys: lockKeys(s.c, key), owner: newOwner(), ttl: ttl.Milliseconds()}
-	res, err := acquireScript.Run(ctx, s.c, srv.keys, srv.owner, srv.ttl).Int64Slice()
+	lk := (*Locker)(s)
+	if lk.cfg.info.set {
+		return lk.many([]string{key}, ttl).grant(ctx)
+	}
+	srv := &oneServer{c: s.c, rep: lk.cfg.replicas, keys: lockKeys(s.c, key), owner: newOwner(), ttl: ttl.Milliseconds()}
+	cmd, acked, err := srv.rep.run(ctx, s.c, acquireScript, srv.keys, srv.owner, srv.ttl)
+	var res []int64
+	if err == nil {
+		res, err = cmd.Int64Slice()
+	}
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
@@ -182,10 +203,14 @@ func (s *lockerStore) Grant(ctx context.Context, key string, ttl time.Duration, 
 		srv.cleanUp() // the answer may be lost, not the grant
 		return ttllock.Grant{}, err
 	}
-	if res[0] > 0 {
-		return ttllock.Grant{Held: srv, Token: res[0]}, nil
+	switch {
+	case res[0] == 0:
+		return ttllock.Grant{Remaining: time.Duration(res[1]) * time.Millisecond}, nil
+	case acked < srv.rep.n:
+		srv.cleanUp()
+		return srv.rep.refuse(acked), nil
 	}
-	return ttllock.Grant{Remaining: time.Duration(res[1]) * time.Millisecond}, nil
+	return ttllock.Grant{Held: srv, Token: res[0]}, nil
 }
 
 // check refuses bad input before anything is sent, and returns the TTL in
@@ -211,14 +236,30 @@ const cleanupTimeout = 500 * time.Millisecond
 // oneServer is a lock held on one Redis server.
 type oneServer struct {
 	c     redis.UniversalClient
+	rep   replicas // renewals wait for them too
 	keys  []string // the lock's key, then its fencing counters' (lockKeys)
 	owner string
 	ttl   int64 // ms
 }
 
+// Renew extends the key; with replicas to wait for, a renewal they did
+// not acknowledge does not count (it is tried again): were the primary
+// lost, a promoted replica would expire the key at its older deadline.
 func (s *oneServer) Renew(ctx context.Context) (refused bool, err error) {
-	n, err := extendScript.Run(ctx, s.c, s.keys[:1], s.owner, s.ttl).Int64()
-	return err == nil && n == 0, err
+	cmd, acked, err := s.rep.run(ctx, s.c, extendScript, s.keys[:1], s.owner, s.ttl)
+	var n int64
+	if err == nil {
+		n, err = cmd.Int64()
+	}
+	switch {
+	case err != nil:
+		return false, err
+	case n == 0:
+		return true, nil
+	case acked < s.rep.n:
+		return false, s.rep.renewal(acked)
+	}
+	return false, nil
 }
 
 func (s *oneServer) Release(ctx context.Context) (notHeld bool, err error) {

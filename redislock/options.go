@@ -3,6 +3,8 @@ package redislock
 import (
 	"time"
 
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/ttllock"
 	"github.com/sqlock/sqlock/observe"
 )
@@ -12,6 +14,9 @@ const DefaultTimeout = 5 * time.Second
 
 type config struct {
 	ttllock.Config // the timeout, the maximum hold, the observer
+
+	replicas replicas // WithReplicas; zero: no wait
+	info     info     // WithHolder, WithPayload; zero: none stored
 }
 
 // Option configures a Locker or a Redlock.
@@ -44,6 +49,19 @@ func WithObserver(o observe.Observer) Option {
 		c.AddObserver(o)
 		return nil
 	}
+}
+
+// oneServerOnly refuses, for a Redlock, the options of a Locker on one
+// server: its servers are independent masters (no replicas to wait for),
+// and it stores nothing beside the key.
+func (c *config) oneServerOnly() error {
+	switch {
+	case c.replicas.n > 0:
+		return errkind.New(sqlock.ErrUnsupported, "redislock: WithReplicas is a Locker's option: a Redlock's servers are independent masters")
+	case c.info.set:
+		return errkind.New(sqlock.ErrUnsupported, "redislock: WithHolder and WithPayload are a Locker's options, not a Redlock's")
+	}
+	return nil
 }
 
 func buildConfig(opts []Option) (config, error) {

@@ -37,6 +37,9 @@ type Redlock struct {
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 	r := &Redlock{cs: append([]redis.UniversalClient(nil), clients...), quorum: len(clients)/2 + 1}
 	cfg, err := buildConfig(opts)
+	if err == nil {
+		err = cfg.oneServerOnly()
+	}
 	r.base.Init(&kit, cfg.Config, newRedlockError(clients, err))
 	return r
 }
