@@ -93,16 +93,25 @@ func TestConformanceRedlock(t *testing.T) {
 				Unreachable: func(o locktest.Options) sqlock.Acquirer {
 					return redlock(open([]string{locktest.ClosedAddr(t), locktest.ClosedAddr(t), locktest.ClosedAddr(t)}), o)
 				},
-				Lose: func(ctx context.Context, key string, _ sqlock.Lock) error {
+				Lose: func(ctx context.Context, key string, lk sqlock.Lock) error {
 					// Another holder takes the key on every server, as one
-					// would after its TTL ran out, and holds it a little
-					// longer than the suite's shortest TTL: a deleted key
-					// would be retaken by the holder's next extension
-					// (Redlock's deliberate repair of a server that lost
-					// it), a taken one refuses it.
+					// would after its TTL ran out, and holds it past the
+					// holder's next extension: a deleted key would be
+					// retaken by that extension (Redlock's deliberate
+					// repair of a server that lost it), a taken one
+					// refuses it.
+					hold := thiefHold
+					if d, ok := lk.(interface{ Deadline() time.Time }); ok && time.Until(d.Deadline()) > roomyDeadline {
+						// A lock of the suite's roomy TTL (the history's)
+						// extends itself a third of a minute from now;
+						// its holder releases within milliseconds. A
+						// 4 s hold would stall every other client
+						// after each of the history's ~16 faults.
+						hold = shortThiefHold
+					}
 					var errs []error
 					for _, c := range cs {
-						if err := c.Set(ctx, key, "locktest-thief", thiefHold).Err(); err != nil {
+						if err := c.Set(ctx, key, "locktest-thief", hold).Err(); err != nil {
 							errs = append(errs, fmt.Errorf("SET %q on %v: %w", key, c, err))
 						}
 					}
@@ -117,6 +126,15 @@ func TestConformanceRedlock(t *testing.T) {
 // than the suite's shortest TTL (3 s), so the holder of that TTL is refused
 // by its next extension or its own deadline passes first.
 const thiefHold = 4 * time.Second
+
+// shortThiefHold is the thief's hold of a lock whose deadline is more
+// than roomyDeadline away: its holder's first extension is due a third
+// of its TTL (over 10 s) from the grant, long after the fault's holder
+// has written and released.
+const (
+	shortThiefHold = 200 * time.Millisecond
+	roomyDeadline  = 30 * time.Second
+)
 
 // conformanceClient is a client configured as NewRedlock's doc says: a
 // server that is down costs a command no more than its context allows.
