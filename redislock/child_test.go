@@ -217,8 +217,10 @@ func exclusionAllChild() int {
 			500*time.Microsecond, l.Deadline)
 		o.Lost = o.Lost || l.Err() != nil
 		rerr := l.Release(ctx)
-		if errors.Is(rerr, redislock.ErrNotHeld) && l.Err() != nil {
-			rerr = nil
+		// Past its deadline the keys may be gone before the loss's timer
+		// has run on a loaded machine: a loss, not an error.
+		if errors.Is(rerr, redislock.ErrNotHeld) && (l.Err() != nil || time.Now().After(l.Deadline())) {
+			o.Lost, rerr = true, nil
 		}
 		if o.Err == nil {
 			o.Err = rerr

@@ -50,7 +50,7 @@ var sentinels = ttllock.NewSentinels("redislock", "lock", "key")
 
 // Error is the error type of this package.
 type Error struct {
-	Op    string // "acquire", "tryacquire", "hold", "release", "new"
+	Op    string // "acquire", "tryacquire", "acquireall", "tryacquireall", "hold", "release", "holder", "new"
 	Key   string // the lock's key, "" when not applicable
 	Err   error  // one of the sentinels above, or nil
 	Cause error  // the underlying error (Redis, context, detail), or nil

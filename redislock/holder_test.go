@@ -26,7 +26,7 @@ func TestHolderReadsTheLabelAndPayloadStoredWithTheLock(t *testing.T) {
 	labelled := redislock.New(c, redislock.WithHolder("host-a pid 42"), redislock.WithPayload(payload))
 	reader := redislock.New(c)
 
-	const ttl = 150 * time.Millisecond
+	const ttl = time.Second // renewed every 333 ms: room for a loaded machine
 	l, err := labelled.Acquire(ctx, "job", ttl)
 	if err != nil {
 		t.Fatal(err)
