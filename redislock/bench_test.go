@@ -236,3 +236,61 @@ func TestTheSimulatedNetworkDelaysRedisRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkAcquireReleaseWithReplica: TryAcquire + Release on a primary
+// with one replica, with WithReplicas(1, …) against without, interleaved
+// on one counting connection: the round trips per operation (the WAIT
+// rides in the grant's pipeline, one write) and the time the replica's
+// acknowledgement adds (of the totals and of the medians).
+func BenchmarkAcquireReleaseWithReplica(b *testing.B) {
+	p := redistest.New(b, redistest.Options{})
+	redistest.New(b, redistest.Options{ReplicaOf: p.Addr})
+	if err := p.WaitReplicas(context.Background(), 1); err != nil {
+		b.Fatal(err)
+	}
+	c, writes := countingClient(b, p)
+	plain, waited := redislock.New(c), redislock.New(c, redislock.WithReplicas(1, time.Second))
+	ctx := context.Background()
+	op := func(lk *redislock.Locker) func() {
+		return func() {
+			l, err := lk.TryAcquire(ctx, "bench", time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fw, fp := op(waited), op(plain)
+	fw()
+	fp() // warm: the scripts are loaded, the connection open
+	var tw, tp time.Duration
+	var ww, wp int64
+	ws, ps := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+	measure := func(f func(), t *time.Duration, w *int64, ds *[]time.Duration) {
+		w0, t0 := writes.Load(), time.Now()
+		f()
+		d := time.Since(t0)
+		*t += d
+		*w += writes.Load() - w0
+		*ds = append(*ds, d)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if i%2 == 0 {
+			measure(fw, &tw, &ww, &ws)
+			measure(fp, &tp, &wp, &ps)
+		} else {
+			measure(fp, &tp, &wp, &ps)
+			measure(fw, &tw, &ww, &ws)
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tw.Nanoseconds())/n, "replicated-ns/op")
+	b.ReportMetric(float64(tp.Nanoseconds())/n, "plain-ns/op")
+	b.ReportMetric(float64(ww)/n, "replicated-roundtrips/op")
+	b.ReportMetric(float64(wp)/n, "plain-roundtrips/op")
+	b.ReportMetric(float64(tw)/float64(tp), "replicated/plain")
+	b.ReportMetric(float64(median(ws))/float64(median(ps)), "replicated/plain-p50")
+}
