@@ -11,7 +11,7 @@ WITHPG := $(GO) run ./internal/tools/withpg
 PKGS := $(shell $(GO) list -m -f '{{.Dir}}' | sed -e 's|^$(CURDIR)|.|' -e 's|$$|/...|')
 FUZZTIME ?= 15s
 # package:FuzzTarget pairs run by `make fuzz`.
-FUZZ_TARGETS := ./hash:FuzzTextExtended ./internal/vmodel:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./sqlxhelpers:FuzzRewriteMySQL ./gormplugin:FuzzConditions
+FUZZ_TARGETS := ./hash:FuzzTextExtended ./internal/vmodel:FuzzParseTag ./versioned:FuzzQuoteIdent ./sqlxhelpers:FuzzRewrite ./sqlxhelpers:FuzzRewriteMySQL ./gormplugin:FuzzConditions ./httpver:FuzzParseCondition
 # Model-based (rapid) tests that `make fuzz` runs with RAPID_CHECKS checks
 # (make test runs rapid's default 100).
 # The gormplugin model test counts writes instead (SQLOCK_MODEL_OPS; make test
