@@ -20,9 +20,9 @@
 // binary's end of its pipe closes — Close, normal exit, a panic, a go test
 // timeout, SIGKILL — the server is killed and the directory removed.
 //
-// Fault levers: [Server.Kill] (SIGKILL), [Server.Start] (again, on the same
-// port and directory), [Server.Restart], [Server.Pause] (SIGSTOP) and
-// [Server.Resume] (SIGCONT).
+// Fault levers, serverproc's [serverproc.Server]: Kill (SIGKILL), Start
+// (again, on the same port and directory), Restart, Pause (SIGSTOP) and
+// Resume (SIGCONT).
 package dynamotest
 
 import (
@@ -62,12 +62,12 @@ type Options struct {
 	Persist bool
 }
 
-// Server is a dynalite server owned by this process.
+// Server is a dynalite server owned by this process. Its fault levers
+// (Kill, Start, Restart, Pause, Resume) and Close are serverproc's.
 type Server struct {
+	*serverproc.Server // the process, its address, its levers
 	// Endpoint is the server's URL, http://127.0.0.1:port.
 	Endpoint string
-	dir      string
-	proc     *serverproc.Proc
 }
 
 // watchdog starts the server, obeys "kill"/"start" lines on stdin, and on
@@ -151,13 +151,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamotest: %w", err)
 	}
-	s := &Server{dir: dir, proc: proc}
+	s := &Server{}
+	s.Server = serverproc.NewServer("dynamotest", proc, dir, s.waitReady)
 	port, err := s.waitPort(ctx, filepath.Join(dir, "port"))
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.Endpoint = "http://" + net.JoinHostPort("127.0.0.1", port)
+	s.Addr = net.JoinHostPort("127.0.0.1", port)
+	s.Endpoint = "http://" + s.Addr
 	if err := s.waitReady(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -193,7 +195,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) logTail() string { return serverproc.LogTail(filepath.Join(s.dir, "dynalite.log")) }
+func (s *Server) logTail() string { return serverproc.LogTail(filepath.Join(s.Dir(), "dynalite.log")) }
 
 // health is dynalite's GET /, on a connection of its own.
 func health(ctx context.Context, endpoint string) error {
@@ -246,60 +248,6 @@ func WaitActive(ctx context.Context, c *dynamodb.Client, table string) error {
 	})
 	return w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, time.Minute)
 }
-
-// PID is the server's process id (0 while stopped).
-func (s *Server) PID() int { return s.proc.PID() }
-
-// Dir is the server's temporary directory, removed on Close.
-func (s *Server) Dir() string { return s.dir }
-
-// Kill ends the server with SIGKILL and waits until it has exited. Without
-// Persist its data is gone.
-func (s *Server) Kill() error {
-	if err := s.proc.Halt("kill", "done"); err != nil {
-		return fmt.Errorf("dynamotest: %w", err)
-	}
-	return nil
-}
-
-// Start starts a killed server again on the same port and directory and
-// waits until it answers.
-func (s *Server) Start(ctx context.Context) error {
-	started, err := s.proc.Resume("start")
-	if err != nil {
-		return fmt.Errorf("dynamotest: start: %w", err)
-	}
-	if !started {
-		return nil
-	}
-	return s.waitReady(ctx)
-}
-
-// Restart kills the server and starts it again.
-func (s *Server) Restart(ctx context.Context) error {
-	if err := s.Kill(); err != nil {
-		return err
-	}
-	return s.Start(ctx)
-}
-
-// Pause stops the server with SIGSTOP: connections stay open, nothing is
-// answered until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
-
-// Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) error {
-	if err := s.proc.Signal(sig); err != nil {
-		return fmt.Errorf("dynamotest: %w", err)
-	}
-	return nil
-}
-
-// Close kills the server and removes its directory, waiting until both are
-// done.
-func (s *Server) Close() error { return s.proc.Close() }
 
 var tableSeq atomic.Int64
 
