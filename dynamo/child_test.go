@@ -63,7 +63,9 @@ func TestPausedHolderIsTakenOverAndFencedOut(t *testing.T) {
 	data := dynamo.NewTable(c, itemTable(t, c), "id")
 	put(t, c, data.Name(), map[string]types.AttributeValue{"id": s("reg")})
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// The holder is killed if the test's context ends first: every read
+	// of its output below then ends.
+	cmd := exec.CommandContext(testCtx(t), os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+srv.Endpoint+" "+table+" "+data.Name())
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -88,7 +90,7 @@ func TestPausedHolderIsTakenOverAndFencedOut(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	l, err := dynamo.NewLocker(c, table, dynamo.WithTimeout(time.Minute)).Acquire(t.Context(), "job", time.Minute)
+	l, err := dynamo.NewLocker(c, table, dynamo.WithTimeout(time.Minute)).Acquire(testCtx(t), "job", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,12 +131,17 @@ func TestVanishedHolderIsTakenOverAfterItsTTL(t *testing.T) {
 	put(t, c, table, map[string]types.AttributeValue{dynamo.AttrName: s("job"), dynamo.AttrOwner: s("ghost"),
 		dynamo.AttrRV: s("r1"), dynamo.AttrLease: n("300"), dynamo.AttrFence: n("41")})
 	lk := dynamo.NewLocker(c, table)
+	ctx := testCtx(t)
 	refused := 0
 	for {
-		l, err := lk.TryAcquire(t.Context(), "job", time.Minute)
+		l, err := lk.TryAcquire(ctx, "job", time.Minute)
 		if errors.Is(err, sqlock.ErrNotAcquired) {
 			refused++
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Fatalf("never taken over: %d TryAcquires refused before the test's deadline", refused)
+			case <-time.After(20 * time.Millisecond):
+			}
 			continue
 		}
 		if err != nil {
@@ -198,8 +203,16 @@ func TestTakenOverHolderIsLostAndItsFencedWriteRefused(t *testing.T) {
 	if err := data.UpdateFenced(newCtx, dynamo.Key{"reg"}, dynamo.Set("v", "new")); err != nil {
 		t.Fatal(err)
 	}
-	<-old.Lost()
-	<-octx.Done()
+	select {
+	case <-old.Lost():
+	case <-testCtx(t).Done():
+		t.Fatal("the taken-over holder's Lost never closed")
+	}
+	select {
+	case <-octx.Done():
+	case <-testCtx(t).Done():
+		t.Fatal("the taken-over holder's Context never ended")
+	}
 	if !errors.Is(old.Err(), sqlock.ErrLost) || !errors.Is(context.Cause(octx), sqlock.ErrLost) {
 		t.Fatalf("Err %v, cause %v", old.Err(), context.Cause(octx))
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -35,6 +36,20 @@ func TestMain(m *testing.M) {
 // exampleServer keeps the examples' server reachable: a Server that is
 // garbage collected closes its watchdog's pipe, which stops it.
 var exampleServer *dynamotest.Server
+
+// testCtx is t's context, ended 5 s before t's deadline: a test waits on
+// it, then fails saying what never happened, rather than wait for ever.
+func testCtx(t testing.TB) context.Context {
+	ctx := t.Context()
+	if dt, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if d, ok := dt.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d.Add(-5*time.Second))
+			t.Cleanup(cancel)
+		}
+	}
+	return ctx
+}
 
 // client is a client of the binary's shared dynalite server.
 func client(t testing.TB) *dynamodb.Client {
