@@ -280,3 +280,40 @@ func TestAcquireAllExclusionAcrossProcesses(t *testing.T) {
 	t.Logf("%d acquisitions of 2 names each, 0 overlaps, %d lost under load (reported), in %v",
 		sum.Sections, sum.Lost, sum.Took.Round(time.Millisecond))
 }
+
+// TestAcquireAllAndLabelsThroughACluster: through a real cluster's
+// ClusterClient, keys that share a hash tag are taken together, labelled,
+// and read back (the counters and the holder's hash are in the keys'
+// slot), tokens staying above an earlier version's counter; keys in
+// different slots fail with CROSSSLOT and are left unwritten.
+func TestAcquireAllAndLabelsThroughACluster(t *testing.T) {
+	leakCheck(t)
+	ctx := t.Context()
+	c := redistest.New(t, redistest.Options{Cluster: true}).ClusterClient(t)
+	if err := c.Set(ctx, "{orders}:1"+redislock.FenceSuffix, 7, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lk := redislock.New(c, redislock.WithHolder("host-a"))
+	l, err := lk.TryAcquireAll(ctx, []string{"{orders}:2", "{orders}:1"}, time.Minute)
+	if err != nil {
+		t.Fatalf("tagged keys through a cluster client: %v", err)
+	}
+	if tok, _ := l.Token("{orders}:1"); tok <= 7 {
+		t.Fatalf("token %d, want above the earlier version's counter 7", tok)
+	}
+	for _, k := range l.Keys() {
+		if h, held, err := lk.Holder(ctx, k); err != nil || !held || h.Label != "host-a" {
+			t.Fatalf("%s: Holder %+v %v %v", k, h, held, err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lk.TryAcquireAll(ctx, []string{"job-a", "job-b"}, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Fatalf("keys in different slots: %v, want CROSSSLOT", err)
+	}
+	if n := c.Exists(ctx, "job-a").Val() + c.Exists(ctx, "job-b").Val(); n != 0 {
+		t.Fatalf("a CROSSSLOT attempt left %d keys", n)
+	}
+}
