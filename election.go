@@ -22,7 +22,7 @@ import (
 // Observe is a channel rather than a callback, as etcd's
 // concurrency.Election's is: the caller ranges over it or selects on it
 // beside its own work, at its own pace, and a slow reader never holds up
-// the backend (it sees the latest leader, not every one in between).
+// the backend (it skips the leaders in between, not the latest).
 //
 // A bad name or identity (empty, over 255 bytes, not UTF-8 text without
 // NUL bytes) is an error matching [ErrInvalidArgument] from every method,
@@ -41,9 +41,10 @@ type Election interface {
 	Leader(ctx context.Context) (identity string, term int64, err error)
 	// Observe returns a channel that receives the current leader at once
 	// and then each change (a Leader with Term 0: nobody leads), until ctx
-	// ends; then it is closed. A reader that falls behind receives the
-	// latest state. Failures to read the leader are retried while ctx
-	// lasts; only bad input is an error.
+	// ends; then it is closed. A reader that falls behind skips states:
+	// it receives the one pending when it left, then the latest.
+	// Failures to read the leader are retried while ctx lasts; only bad
+	// input is an error.
 	Observe(ctx context.Context) (<-chan Leader, error)
 }
 

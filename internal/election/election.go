@@ -53,9 +53,10 @@ func Campaign[L any](ctx context.Context, acquire func(context.Context) (L, erro
 // (sqlock.ErrNoLeader, matched through errors.Is: nobody leads), next
 // returns when it may have changed (or ctx's error once ctx ended). The
 // first leader read is sent, then each change; a read that fails
-// otherwise is tried again at the next. The channel is unbuffered, so a
-// reader that falls behind receives the state read after it was ready.
-// It is closed when ctx ends.
+// otherwise is tried again at the next. The channel is unbuffered: a
+// reader that falls behind holds up nobody but its own observer, and
+// receives the state pending when it left, then the latest, skipping
+// those in between. It is closed when ctx ends.
 func Observe(ctx context.Context, read func(context.Context) (sqlock.Leader, error), next func(context.Context) error) <-chan sqlock.Leader {
 	ch := make(chan sqlock.Leader)
 	go func() {
