@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/dynamo"
+	"github.com/sqlock/sqlock/dynamo/internal/dynamotest"
 	"github.com/sqlock/sqlock/retry"
 	"github.com/sqlock/sqlock/versioned"
 )
@@ -194,5 +198,83 @@ func TestPutOfAVersionedStruct(t *testing.T) {
 		if err := tbl.Put(t.Context(), bad); !errors.Is(err, sqlock.ErrInvalidArgument) {
 			t.Errorf("Put(%T): %v, want ErrInvalidArgument", bad, err)
 		}
+	}
+}
+
+// attachItem makes a client behave as DynamoDB does where dynalite does
+// not: a conditional write refused after asking for
+// ReturnValuesOnConditionCheckFailure ALL_OLD gets the item, read by
+// reader (a client of its own, whose requests the tested client's counter
+// does not see), attached to its ConditionalCheckFailedException — if the
+// item exists, as DynamoDB attaches none for a missing one.
+func attachItem(reader *dynamodb.Client) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("attach-item", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleInitialize(ctx, in)
+				var ccf *types.ConditionalCheckFailedException
+				if !errors.As(err, &ccf) || ccf.Item != nil {
+					return out, md, err
+				}
+				var table *string
+				var key map[string]types.AttributeValue
+				switch p := in.Parameters.(type) {
+				case *dynamodb.UpdateItemInput:
+					if p.ReturnValuesOnConditionCheckFailure == types.ReturnValuesOnConditionCheckFailureAllOld {
+						table, key = p.TableName, p.Key
+					}
+				case *dynamodb.DeleteItemInput:
+					if p.ReturnValuesOnConditionCheckFailure == types.ReturnValuesOnConditionCheckFailureAllOld {
+						table, key = p.TableName, p.Key
+					}
+				}
+				if key != nil {
+					got, gerr := reader.GetItem(ctx, &dynamodb.GetItemInput{TableName: table, Key: key, ConsistentRead: aws.Bool(true)})
+					if gerr != nil {
+						return out, md, gerr
+					}
+					ccf.Item = got.Item
+				}
+				return out, md, err
+			}), middleware.Before)
+		})
+	}
+}
+
+// TestRefusalWithTheItemAttachedNeedsNoRead: on a server that attaches
+// the item to a refused condition (DynamoDB; simulated here, see
+// attachItem), a stale Update or Delete and a refused fenced write each
+// send one request and still say what the item holds; a missing item, to
+// which nothing is attached, is told by the fallback read (two requests),
+// as every refusal is on dynalite (TestEachOperationIsOneRequest).
+func TestRefusalWithTheItemAttachedNeedsNoRead(t *testing.T) {
+	srv := dynamotest.Shared(t)
+	var cnt counter
+	c := srv.Client(func(o *dynamodb.Options) {
+		attachItem(srv.Client(nil))(o)
+		cnt.apply(o)
+	})
+	tbl := dynamo.NewTable(c, itemTable(t, c), "id")
+	put(t, c, tbl.Name(), map[string]types.AttributeValue{"id": s("o"), "version": n("5"), "fence": n("9")})
+	ctx := t.Context()
+	var se *versioned.StaleError
+	var err error
+	if got := cnt.requests(func() { _, err = tbl.Update(ctx, dynamo.Key{"o"}, 4, dynamo.Set("a", 1)) }); got != 1 ||
+		!errors.As(err, &se) || !se.Probed || se.Gone || se.Current != 5 {
+		t.Errorf("stale Update: %v after %d requests; want Current 5 after 1", err, got)
+	}
+	if got := cnt.requests(func() { err = tbl.Delete(ctx, dynamo.Key{"o"}, 4) }); got != 1 || !errors.As(err, &se) || se.Current != 5 {
+		t.Errorf("stale Delete: %v after %d requests; want Current 5 after 1", err, got)
+	}
+	var fe *versioned.FencedError
+	fctx := sqlock.WithFencingToken(ctx, 8)
+	if got := cnt.requests(func() { err = tbl.UpdateFenced(fctx, dynamo.Key{"o"}, dynamo.Set("a", 1)) }); got != 1 || !errors.As(err, &fe) || fe.Current != 9 {
+		t.Errorf("fenced write under an older token: %v after %d requests; want Current 9 after 1", err, got)
+	}
+	if got := cnt.requests(func() { _, err = tbl.Update(ctx, dynamo.Key{"nobody"}, 1, dynamo.Set("a", 1)) }); got != 2 || !errors.As(err, &se) || !se.Gone {
+		t.Errorf("Update of a missing item: %v after %d requests; want Gone after 2", err, got)
+	}
+	if item := get(t, c, tbl.Name(), "o"); num(item, "version") != "5" || item["a"] != nil {
+		t.Fatalf("a refused write changed the item: %v", item)
 	}
 }
