@@ -24,6 +24,13 @@
 //     sqlxhelpers and gormplugin refuse a paused holder's late write;
 //   - [Lock.Release] revokes the lease, which deletes the key with it.
 //
+// [Locker.Candidate] runs a leader election on the lock of the election's
+// name, as etcd's concurrency.Election does: candidates queue by create
+// revision, the holder writes its identity into its key, the term is the
+// key's create revision (a fencing token), [Candidate.Leader] reads the
+// oldest key and [Candidate.Observe] watches them; [Candidate.Election] is
+// the candidate as a [sqlock.Election] (docs/election.md).
+//
 // Errors match sqlock's sentinels: [ErrNotAcquired], [ErrTimeout], [ErrLost]
 // and [ErrInvalid] (sqlock.ErrInvalidArgument: an empty or oversized name,
 // a TTL outside [MinTTL, MaxTTL]; nothing is sent). What etcd guarantees,

@@ -33,6 +33,15 @@
 // A Lease is a [sqlock.Fenced] lock; [Manager.Acquirer] takes leases of one
 // TTL through [sqlock.Acquirer], for code that also runs on advisory locks.
 //
+// [Manager.Candidate] runs a leader election on a lease: the leader holds
+// the lease on the election's name, its term is the lease's token (so the
+// lock:"fence" columns refuse a deposed leader), and its identity is
+// recorded in the leaders table ([MigrateElections]) while that lease is
+// live. [Candidate.Campaign] waits as long as its context allows,
+// [Candidate.Leader] reads who leads, [Candidate.Observe] reports each
+// change, and [Candidate.Election] is the candidate as a
+// [sqlock.Election] (docs/election.md).
+//
 // Waiters learn of a release through LISTEN/NOTIFY. Before its first
 // LISTEN a Manager checks that the connection keeps its server session;
 // behind PgBouncer in transaction mode it does not (a LISTEN would land on
