@@ -10,6 +10,9 @@
 // exit, a panic, a go test timeout, SIGKILL of the test binary — stops the
 // server and removes the directory. So no server process or temporary
 // directory outlives the test binary.
+//
+// [Server] is such a server with the fault levers every harness offers
+// (Kill, Start again, Restart, Pause, Resume); a harness embeds it.
 package serverproc
 
 import (
