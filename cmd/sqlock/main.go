@@ -1,12 +1,14 @@
 // Command sqlock shows who holds which sqlock lock, who waits, for how
 // long, and who blocks whom, from pg_locks and pg_stat_activity, with the
-// names behind advisory keys.
+// names behind advisory keys; and sqlock run runs a command while it holds
+// a lock, the cluster-wide flock(1).
 //
 //	go install github.com/sqlock/sqlock/cmd/sqlock@latest
 //
 //	sqlock locks  [--dsn DSN] [--json] [--watch [--every 2s]] [--slow 1s] [--name NAME]...
 //	sqlock key    NAME [--dsn DSN]
 //	sqlock leases [--dsn DSN] [--json] [--table sqlock_leases]
+//	sqlock run    --name NAME [--backend lease|advisory|redis] [--ttl 30s] [--wait 10s] [--grace 10s] -- COMMAND [ARG]...
 //
 // The database is --dsn or else $DATABASE_URL (a libpq URL or key=value
 // string). Keys are named by the table advisory.WithKeyNames fills and by
@@ -15,6 +17,16 @@
 //
 // Exit codes: 0 done; 1 failed; 2 bad usage; 3 cannot connect; 4 the role
 // lacks a privilege; 5 the server is not PostgreSQL (9.6 or later).
+//
+// sqlock run passes the command's exit code through, so its own are kept
+// clear of the codes commands use: 121 the lock was not acquired (held,
+// with --wait 0, or the wait ran out), 122 it was lost while the command
+// ran (the command got SIGTERM, then SIGKILL after --grace), 125 sqlock
+// run itself failed (bad usage, cannot connect), 126 and 127 the command
+// cannot be run or was not found, as the shell reports them. The command
+// finds the lock's name, backend and fencing token in SQLOCK_NAME,
+// SQLOCK_BACKEND and SQLOCK_TOKEN, runs in a process group of its own, and
+// gets the signals sent to sqlock run. sqlock run --help has the details.
 package main
 
 import (
@@ -63,9 +75,13 @@ const usage = `usage:
   sqlock locks  [--dsn DSN] [--json] [--watch [--every 2s]] [--slow 1s] [--name NAME]...
   sqlock key    NAME [--dsn DSN]
   sqlock leases [--dsn DSN] [--json] [--table sqlock_leases]
+  sqlock run    --name NAME [--backend lease|advisory|redis] [--ttl 30s] [--wait 10s]
+                [--grace 10s] [--dsn DSN] [--redis ADDR] -- COMMAND [ARG]...
 
 The database is --dsn, or else $DATABASE_URL.
 Exit codes: 0 done, 1 failed, 2 bad usage, 3 cannot connect, 4 missing privilege, 5 not PostgreSQL.
+sqlock run exits with COMMAND's code, or 121 not acquired, 122 lost, 125 failed,
+126/127 COMMAND not runnable/not found (sqlock run --help).
 `
 
 func run(ctx context.Context, args []string, e env) int {
@@ -84,6 +100,8 @@ func run(ctx context.Context, args []string, e env) int {
 		err = keyCmd(ctx, args[1:], e)
 	case "leases":
 		err = leasesCmd(ctx, args[1:], e)
+	case "run":
+		return runUnderLock(ctx, args[1:], e) // exit codes of its own: the command's pass through
 	default:
 		err = usageError{fmt.Sprintf("unknown command %q", args[0])}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, removeSqlockBinary) }
 
 // result is one run of the command.
 type result struct {
