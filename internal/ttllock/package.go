@@ -20,7 +20,9 @@ import (
 // (and its panic), the renewals and the trust window.
 
 // Package is what the toolkit needs to know about a TTL-lock package: one
-// value per package, made at its init.
+// value per package, made at its init — or, for a package whose errors also
+// say where the lock lives (dynamo's name the Locker's table), one copy per
+// Manager or Locker made by [Package.WithError].
 type Package struct {
 	// Name begins every error's text ("lease: …") and is the events'
 	// Source; System is the events' System ("postgresql", "redis": see
@@ -173,6 +175,17 @@ func Apply[C any, O ~func(*C) error](c *C, opts []O) error {
 		}
 	}
 	return nil
+}
+
+// WithError returns a copy of p whose errors are made by errf, for a
+// Manager's or Locker's [Base.Init]: errf adds what that Manager or Locker
+// knows and the package's Error cannot (dynamo: the table), for every error
+// the toolkit makes for it — its acquisitions', its locks' renewals and
+// releases'. Everything else is p's.
+func (p *Package) WithError(errf func(op, name string, kind, cause error) error) *Package {
+	c := *p
+	c.Error = errf
+	return &c
 }
 
 // NilRelease is the error of Release on a nil lock.

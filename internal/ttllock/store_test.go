@@ -369,3 +369,42 @@ func TestAcquirerKeepsAFailedAcquisitionsNilLockNil(t *testing.T) {
 		t.Fatalf("TryAcquire: %v, %v", l, err)
 	}
 }
+
+// TestWithErrorMakesEveryErrorOfItsBase: a Base initialised with a copy
+// from WithError gets its errors from the copy — an acquisition's refusal,
+// a release's NotHeld, a lost hold's Lost — with the package's sentinels;
+// the package itself is unchanged.
+func TestWithErrorMakesEveryErrorOfItsBase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type placed struct{ *testError }
+		p := testPkg.WithError(func(op, name string, kind, cause error) error {
+			return placed{&testError{op, name, kind, cause}}
+		})
+		if _, ok := testPkg.Error("x", "", nil, nil).(*testError); p == &testPkg || !ok {
+			t.Fatal("WithError changed the package")
+		}
+		var b Base
+		b.Init(p, testPkg.NewConfig(), nil)
+		s := newMemStore()
+		isPlaced := func(what string, err, kind error) {
+			t.Helper()
+			if _, ok := err.(placed); !ok || !errors.Is(err, kind) {
+				t.Errorf("%s: %T %v; want the copy's error matching %v", what, err, err, kind)
+			}
+		}
+		_, err := acquireOn(t.Context(), &b, s, "", time.Second, false)
+		isPlaced("bad input", err, testPkg.Invalid)
+		l, err := acquireOn(t.Context(), &b, s, "n", time.Second, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = acquireOn(t.Context(), &b, s, "n", time.Second, false)
+		isPlaced("held", err, testPkg.NotAcquired)
+		s.mu.Lock()
+		s.owner["n"] = -1 // taken over: the next renewal is refused
+		s.mu.Unlock()
+		<-l.tl.Lost()
+		isPlaced("lost", l.tl.Err(), testPkg.Lost)
+		isPlaced("release", l.tl.Release(context.Background()), testPkg.NotHeld)
+	})
+}
