@@ -1,7 +1,6 @@
 package dynamo
 
 import (
-	"context"
 	"errors"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -101,18 +100,4 @@ func conditionFailed(err error) (failed bool, item map[string]types.AttributeVal
 // invalid is a refusal of bad input.
 func invalid(op, table, name, reason string) error {
 	return &Error{Op: op, Table: table, Name: name, Err: ErrInvalid, Cause: errors.New(reason)}
-}
-
-// ctxError turns the end of an acquisition's context into an error: a
-// wait that ran out is ErrTimeout — matching context.DeadlineExceeded only
-// when the caller's deadline, not WithTimeout, ended it — and a
-// cancellation is the context's cause. A request the end cut short is not
-// joined: the SDK's error wraps context.DeadlineExceeded whichever bound
-// ended the wait, as the toolkit's Store reports the context's end alone.
-func ctxError(op, table, name string, ctx context.Context) error {
-	timedOut, cause := ttllock.WaitEnd(ctx)
-	if timedOut {
-		return &Error{Op: op, Table: table, Name: name, Err: ErrTimeout, Cause: cause}
-	}
-	return &Error{Op: op, Table: table, Name: name, Cause: cause}
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
-	"github.com/sqlock/sqlock/internal/lazytimer"
 	"github.com/sqlock/sqlock/internal/ttllock"
 )
 
@@ -45,11 +44,9 @@ const MaxNameLen = 2048
 // TryAcquire after the holder's TTL can take over a lock whose holder
 // vanished.
 type Locker struct {
-	c      *dynamodb.Client
-	table  string
-	cfg    config
-	err    error           // from NewLocker
-	timers lazytimer.Queue // the held locks' deadlines and renewals
+	base  ttllock.Base // the options, NewLocker's error, the held locks' timers
+	c     *dynamodb.Client
+	table string
 
 	mu      sync.Mutex
 	watched map[string]sighting // by lock name
@@ -77,15 +74,19 @@ func (s sighting) complete(now time.Time) bool {
 // [ErrInvalid] or [sqlock.ErrInvalidOption], by every method.
 func NewLocker(client *dynamodb.Client, table string, opts ...Option) *Locker {
 	lk := &Locker{c: client, table: table, watched: map[string]sighting{}}
-	lk.cfg, lk.err = buildConfig(opts)
+	cfg, err := buildConfig(opts)
 	switch {
-	case lk.err != nil:
-		lk.err = &Error{Op: "new", Table: table, Cause: lk.err}
+	case err != nil:
+		err = &Error{Op: "new", Table: table, Cause: err}
 	case client == nil:
-		lk.err = &Error{Op: "new", Table: table, Cause: errkind.New(sqlock.ErrNilHandle, "dynamo: nil client")}
+		err = &Error{Op: "new", Table: table, Cause: errkind.New(sqlock.ErrNilHandle, "dynamo: nil client")}
 	case table == "":
-		lk.err = invalid("new", "", "", "empty table name")
+		err = invalid("new", "", "", "empty table name")
 	}
+	// The toolkit's errors for this Locker's locks name its table.
+	lk.base.Init(kit.WithError(func(op, name string, kind, cause error) error {
+		return &Error{Op: op, Table: table, Name: name, Err: kind, Cause: cause}
+	}), cfg.Config, err)
 	return lk
 }
 
@@ -100,125 +101,119 @@ func NewLocker(client *dynamodb.Client, table string, opts ...Option) *Locker {
 // The lock is renewed every ttl/3 until Release; [Lock.Lost] fires when it
 // can no longer be trusted.
 func (lk *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	return lk.observed(ctx, "acquire", name, ttl, true)
+	return lk.acquire(ctx, "acquire", name, ttl, true)
 }
 
 // TryAcquire is Acquire without the wait: if the lock is held it returns
 // an error matching [ErrNotAcquired] at once. It takes over a lock whose
 // record version this Locker has already watched unchanged for the
 // holder's TTL (by earlier calls); otherwise it records what it saw, so a
-// later call can.
+// later TryAcquire can.
 func (lk *Locker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	return lk.observed(ctx, "tryacquire", name, ttl, false)
+	return lk.acquire(ctx, "tryacquire", name, ttl, false)
 }
 
-// observed is acquire reported to the Locker's observer.
-func (lk *Locker) observed(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lock, error) {
-	if lk == nil || lk.cfg.Observer == nil {
-		return lk.acquire(ctx, op, name, ttl, wait, time.Time{})
+// acquire is one acquisition, through the toolkit (package
+// internal/ttllock), with an acquisition of its own as the Store.
+func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool) (*Lock, error) {
+	if lk == nil {
+		return nil, kit.NilHandle(op, name, "Locker")
 	}
-	start := time.Now()
-	l, err := lk.acquire(ctx, op, name, ttl, wait, start)
-	lk.cfg.observeFailure(ctx, name, start, err)
-	return l, err
+	r := ttllock.Request{Op: op, Name: name, TTL: ttl, Wait: wait}
+	return ttllock.Acquire(ctx, &lk.base, &acquisition{lk: lk}, r, func() (*Lock, *ttllock.Lock) {
+		l := &Lock{}
+		return l, &l.tl
+	})
 }
 
 // tryWrites bounds TryAcquire's writes: a lock found free by the read
 // after a refused write is tried again, but not for ever.
 const tryWrites = 3
 
-// acquire takes the lock; began is when the acquisition began (its
-// observed wait).
-func (lk *Locker) acquire(ctx context.Context, op, name string, ttl time.Duration, wait bool, began time.Time) (*Lock, error) {
-	if lk == nil {
-		return nil, &Error{Op: op, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "dynamo: nil Locker")}
-	}
-	if lk.err != nil {
-		return nil, lk.err
-	}
-	ttl, err := lk.check(ctx, op, name, ttl)
-	if err != nil {
-		return nil, err
-	}
-	if wait {
-		var cancel context.CancelFunc
-		ctx, cancel = ttllock.BoundWait(ctx, lk.cfg.Timeout)
-		defer cancel()
-	}
-	var w ttllock.Backoff // between polls of a held lock's record
-	for writes := 1; ; writes++ {
-		takeover := lk.takeover(name)
-		l := &Lock{lk: lk, name: name, owner: newID(), rvn: newID()}
-		sent := time.Now()
-		token, err := lk.grant(ctx, l, ttl, takeover)
-		if err == nil {
-			l.token = token
-			lk.forget(name)
-			l.start(ctx, ttl, began, sent)
-			return l, nil
-		}
-		if failed, _ := conditionFailed(err); !failed {
-			lk.cleanUp(l) // the answer may be lost, not the grant
-			if ctx.Err() != nil {
-				return nil, ctxError(op, lk.table, name, ctx)
+// acquisition is one Acquire or TryAcquire seen by the toolkit: a Store
+// whose attempts go on from where the last one stopped. An attempt writes
+// the grant; once a write was refused, the next ones read the lock's
+// record (a consistent GetItem, no write) until it is free or its record
+// version has stayed the same for the holder's TTL, and only then write
+// again. The toolkit pauses between attempts, never much past the end of
+// that watch.
+//
+// Round trips: one UpdateItem for a free lock; a refused one, then one
+// GetItem per poll while it is held.
+type acquisition struct {
+	lk       *Locker
+	cand     *held     // the last write's owner and record version
+	sent     time.Time // when the last write was sent
+	watching bool      // the last write was refused: read before writing again
+	writes   int
+}
+
+// Check refuses bad input before anything is sent, and returns the TTL in
+// whole milliseconds.
+func (a *acquisition) Check(name string, ttl time.Duration) (time.Duration, error) {
+	return check(name, ttl)
+}
+
+// Grant is one attempt: the grant's write unless the last one was refused,
+// then a read of the lock's record. Not granted, it says how long the
+// watch has left.
+func (a *acquisition) Grant(ctx context.Context, name string, ttl time.Duration, wait bool) (ttllock.Grant, error) {
+	lk := a.lk
+	for {
+		if !a.watching {
+			a.writes++
+			a.cand = &held{lk: lk, name: name, owner: newID(), rvn: newID(), ttl: ttl}
+			a.sent = time.Now()
+			token, err := lk.grant(ctx, a.cand, lk.takeover(name))
+			if err == nil {
+				lk.forget(name)
+				return ttllock.Grant{Held: a.cand, Token: token, Sent: a.sent}, nil
 			}
-			return nil, &Error{Op: op, Table: lk.table, Name: name, Cause: err}
+			if failed, _ := conditionFailed(err); !failed {
+				lk.cleanUp(a.cand) // the answer may be lost, not the grant
+				return ttllock.Grant{}, err
+			}
+			a.watching = true
 		}
 		// Refused: the lock is held (or was taken over meanwhile). Watch
 		// its record until it is free or its version has stayed the same
 		// for the holder's TTL.
-		for {
-			rec, err := lk.read(ctx, name)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, ctxError(op, lk.table, name, ctx)
-				}
-				return nil, &Error{Op: op, Table: lk.table, Name: name, Cause: err}
-			}
-			if rec.owner != "" && rec.owner == l.owner {
-				// Granted by a request the client's retryer sent again
-				// after its first answer was lost: the lock is ours.
-				l.token = rec.fence
-				lk.forget(name)
-				l.start(ctx, ttl, began, sent)
-				return l, nil
-			}
-			var s sighting
-			if rec.owner != "" {
-				s = lk.saw(name, rec)
-			}
-			if rec.owner == "" || s.complete(time.Now()) {
-				break // write again: grant, or take over
-			}
-			if !wait {
-				return nil, &Error{Op: op, Table: lk.table, Name: name, Err: ErrNotAcquired}
-			}
-			if w.Pause(ctx, time.Until(s.since.Add(s.lease))) != nil {
-				return nil, ctxError(op, lk.table, name, ctx)
+		rec, err := lk.read(ctx, name)
+		if err != nil {
+			return ttllock.Grant{}, err
+		}
+		if rec.owner != "" && rec.owner == a.cand.owner {
+			// Granted by a request the client's retryer sent again after
+			// its first answer was lost: the lock is ours.
+			lk.forget(name)
+			return ttllock.Grant{Held: a.cand, Token: rec.fence, Sent: a.sent}, nil
+		}
+		if rec.owner != "" {
+			if s := lk.saw(name, rec); !s.complete(time.Now()) {
+				return ttllock.Grant{Remaining: time.Until(s.since.Add(s.lease))}, nil
 			}
 		}
-		if !wait && writes >= tryWrites {
-			return nil, &Error{Op: op, Table: lk.table, Name: name, Err: ErrNotAcquired,
-				Cause: errors.New("the lock changed hands at every attempt")}
+		a.watching = false // free, or watched for the TTL: write again
+		if !wait && a.writes >= tryWrites {
+			return ttllock.Grant{Remaining: -1, Refused: ttllock.Refuse(ErrNotAcquired,
+				errors.New("the lock changed hands at every attempt"))}, nil
 		}
 	}
 }
 
-// check refuses bad input before anything is sent, and returns the TTL in
-// whole milliseconds.
-func (lk *Locker) check(ctx context.Context, op, name string, ttl time.Duration) (time.Duration, error) {
+// check refuses a bad lock name or TTL, and returns the TTL in whole
+// milliseconds.
+func check(name string, ttl time.Duration) (time.Duration, error) {
 	ttl = ttl.Truncate(time.Millisecond)
 	switch {
 	case name == "":
-		return 0, invalid(op, lk.table, "", "empty lock name")
+		return 0, errors.New("empty lock name")
 	case len(name) > MaxNameLen:
-		return 0, invalid(op, lk.table, name, fmt.Sprintf("lock name of %d bytes, longer than DynamoDB's %d for a key", len(name), MaxNameLen))
+		return 0, fmt.Errorf("lock name of %d bytes, longer than DynamoDB's %d for a key", len(name), MaxNameLen)
 	case !utf8.ValidString(name):
-		return 0, invalid(op, lk.table, name, "lock name is not valid UTF-8 (a DynamoDB string)")
+		return 0, errors.New("lock name is not valid UTF-8 (a DynamoDB string)")
 	case ttl < MinTTL:
-		return 0, invalid(op, lk.table, name, fmt.Sprintf("TTL %v is shorter than %v", ttl, MinTTL))
-	case ctx == nil:
-		return 0, &Error{Op: op, Table: lk.table, Name: name, Cause: errkind.New(sqlock.ErrNilHandle, "dynamo: nil context")}
+		return 0, fmt.Errorf("TTL %v is shorter than %v", ttl, MinTTL)
 	}
 	return ttl, nil
 }
@@ -228,7 +223,7 @@ func (lk *Locker) check(ctx context.Context, op, name string, ttl time.Duration)
 // and adds one to the fencing counter, if the lock is free — or, for a
 // takeover, if its record version is still the one watched for the
 // holder's TTL. It returns the token.
-func (lk *Locker) grant(ctx context.Context, l *Lock, ttl time.Duration, takeover string) (int64, error) {
+func (lk *Locker) grant(ctx context.Context, l *held, takeover string) (int64, error) {
 	var e expr
 	owner := e.name(AttrOwner)
 	cond := "attribute_not_exists(" + owner + ")"
@@ -238,7 +233,7 @@ func (lk *Locker) grant(ctx context.Context, l *Lock, ttl time.Duration, takeove
 	e.cond(cond)
 	e.assign(AttrOwner, &types.AttributeValueMemberS{Value: l.owner})
 	e.assign(AttrRV, &types.AttributeValueMemberS{Value: l.rvn})
-	e.assign(AttrLease, &types.AttributeValueMemberN{Value: strconv.FormatInt(ttl.Milliseconds(), 10)})
+	e.assign(AttrLease, &types.AttributeValueMemberN{Value: strconv.FormatInt(l.ttl.Milliseconds(), 10)})
 	e.add = append(e.add, e.name(AttrFence)+" "+e.num(1))
 	in := lk.update(l.name, &e)
 	in.ReturnValues = types.ReturnValueUpdatedNew
@@ -358,10 +353,10 @@ func (lk *Locker) forget(name string) {
 // taken over.
 const cleanupTimeout = 500 * time.Millisecond
 
-func (lk *Locker) cleanUp(l *Lock) {
+func (lk *Locker) cleanUp(l *held) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	l.releaseItem(ctx)
+	l.Release(ctx)
 }
 
 // newID returns 128 random bits as hex: an owner or a record version.

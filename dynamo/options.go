@@ -1,7 +1,6 @@
 package dynamo
 
 import (
-	"context"
 	"time"
 
 	"github.com/sqlock/sqlock/internal/ttllock"
@@ -40,17 +39,6 @@ func WithObserver(o observe.Observer) Option {
 		c.AddObserver(o)
 		return nil
 	}
-}
-
-// event is the observer event of the lock called name.
-func event(name string) observe.Event {
-	return observe.Event{Source: kit.Name, System: kit.System, Name: name}
-}
-
-// observeFailure reports an acquisition that began at start and failed
-// (a granted one is reported as it is armed).
-func (c *config) observeFailure(ctx context.Context, name string, start time.Time, err error) {
-	ttllock.ObserveFailure(ctx, c.Observer, event(name), start, err, ErrInvalid)
 }
 
 func buildConfig(opts []Option) (config, error) {
