@@ -104,6 +104,7 @@ var electionCases = []struct {
 	{"CampaignOutlastsWaitBound", testCampaignOutlastsWaitBound},
 	{"Observe", testObserve},
 	{"OneLeaderPerTerm", testOneLeaderPerTerm},
+	{"OneLeaderPerTermAcrossProcesses", testTermsAcrossProcesses},
 	{"PartitionedLeaderLostBeforeNextWins", testPartitionedLeaderLost},
 	{"KilledLeaderProcess", testKilledLeader},
 	{"PausedLeaderProcessFencedOut", testPausedLeader},

@@ -19,6 +19,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the register's driver
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/testing/exclusiontest"
 	"github.com/sqlock/sqlock/versioned"
 )
 
@@ -28,6 +29,7 @@ const (
 	envElectName     = "LOCKTEST_ELECTION_NAME"
 	envElectIdentity = "LOCKTEST_ELECTION_IDENTITY"
 	envElectRegister = "LOCKTEST_ELECTION_REGISTER" // its DSN and table, space-separated
+	envElectRole     = "LOCKTEST_ELECTION_ROLE"     // "terms": the campaigns of testTermsAcrossProcesses
 )
 
 // electionWorkerName is envWorker's value in b's candidate processes: no
@@ -155,6 +157,10 @@ func (p *leaderProcess) expect(t *testing.T, prefix string) string {
 // outcome>".
 func electionWorker(t *testing.T, b ElectionBackend) {
 	h := b.Open(t, os.Getenv(envTarget))
+	if os.Getenv(envElectRole) == "terms" {
+		termsWorker(t, h)
+		return
+	}
 	dsn, table, _ := strings.Cut(os.Getenv(envElectRegister), " ")
 	reg, err := openRegister(dsn, table)
 	if err != nil {
@@ -273,4 +279,75 @@ func testPartitionedLeaderProcess(t *testing.T, s *electionSuite) {
 	p.deposed(t, reg, next)
 	resume()
 	resign(t, next)
+}
+
+// The shape of testTermsAcrossProcesses: 3 processes × 3 goroutines × 4
+// terms each, in one election.
+const (
+	termProcs      = 3
+	termGoroutines = 3
+	termRounds     = 4
+)
+
+// testTermsAcrossProcesses: candidates in several OS processes campaign
+// again and again in one election; a witness in files
+// (exclusiontest.Files) checks that no two leaderships overlap and that
+// each term is above the one before it, and each leader reads itself as
+// the leader with its term while it leads.
+func testTermsAcrossProcesses(t *testing.T, s *electionSuite) {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	cfg := exclusiontest.Config{Procs: termProcs, Goroutines: termGoroutines, Keys: 1, N: termRounds,
+		Worker: func(int) *exec.Cmd {
+			cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(top)+"$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envWorker+"="+electionWorkerName(s.b.Name), envTarget+"="+s.target,
+				envElectName+"="+s.prefix+"terms-procs", envElectRole+"=terms")
+			return cmd
+		}}
+	sum := exclusiontest.RunFiles(t, cfg)
+	t.Logf("%d terms in %d processes, none overlapping, each above the last (%d leaderships lost and reported)", sum.Sections, termProcs, sum.Lost)
+}
+
+// termsWorker is a candidate process of testTermsAcrossProcesses: each
+// section is one leadership, entered in the witness with its term.
+func termsWorker(t *testing.T, h ElectionHarness) {
+	w, err := exclusiontest.OpenFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := os.Getenv(envElectName)
+	const work = 2 * time.Millisecond
+	exclusiontest.Child(func(ctx context.Context, me string, k int) exclusiontest.Outcome {
+		e := h.New(Candidate{Name: name, Identity: me, TTL: roomyTTL, Timeout: roomyWait})
+		l, err := e.Campaign(ctx)
+		if err != nil {
+			return exclusiontest.Outcome{Err: err}
+		}
+		term := l.Token()
+		o := exclusiontest.FencedSection(
+			func() (int64, error) {
+				n, err := w.EnterFenced(k, me, term)
+				if err == nil && n == 1 {
+					if id, got, lerr := e.Leader(ctx); lerr != nil || id != me || got != term {
+						return n, fmt.Errorf("Leader while %s leads term %d: %q, %d, %v", me, term, id, got, lerr)
+					}
+				}
+				return n, err
+			},
+			func() (int64, error) { return w.LeaveFenced(k, me, term) },
+			// A Leadership has no Deadline: a lost one is past it.
+			work, func() time.Time {
+				if l.Err() != nil {
+					return time.Time{}
+				}
+				return time.Now().Add(time.Hour)
+			})
+		if err := l.Resign(ctx); err != nil && o.Err == nil {
+			if l.Err() != nil {
+				o.Lost = true
+			} else {
+				o.Err = err
+			}
+		}
+		return o
+	})
 }
