@@ -45,4 +45,4 @@ func findScenario(name string) *scenario {
 	return nil
 }
 
-var scenarios = []*scenario{paymentScenario, clientRetryScenario, seatScenario, stockScenario, claimScenario}
+var scenarios = []*scenario{paymentScenario, clientRetryScenario, seatScenario, stockScenario, claimScenario, orderEditScenario}
