@@ -5,11 +5,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/lease"
 )
-
 
 // TestElectionLeaderNeverNamesADeposedLeader: once the leader's lease has
 // expired on the server (its holder unaware), Leader reports nobody,
@@ -115,4 +115,39 @@ func TestElectionNilManager(t *testing.T) {
 	if err := l.Resign(t.Context()); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("Resign of a nil Leadership: %v; want ErrNotHeld", err)
 	}
+}
+
+// TestElectionObserveSeesAnExpiry: a leadership that ends by expiry on
+// the server sends no notification; Observe's poll (here at the
+// Manager's WithPolling interval) still reports nobody, then the next
+// leader.
+func TestElectionObserveSeesAnExpiry(t *testing.T) {
+	ctx := t.Context()
+	db := newDB(t)
+	if err := lease.MigrateElections(ctx, db.Pool()); err != nil {
+		t.Fatal(err)
+	}
+	m := lease.New(db.Pool(), lease.WithPolling(10*time.Millisecond))
+	changes := must[<-chan sqlock.Leader](t)(m.Candidate(t.Name(), "watcher", roomyTTL).Observe(ctx))
+	expect := func(want sqlock.Leader) {
+		t.Helper()
+		for {
+			select {
+			case l := <-changes:
+				if l == want {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("Observe never reported %+v", want)
+			}
+		}
+	}
+	expect(sqlock.Leader{})
+	la := must[*lease.Leadership](t)(m.Candidate(t.Name(), "host-a", roomyTTL).Campaign(ctx))
+	expect(sqlock.Leader{Identity: "host-a", Term: la.Token()})
+	expireOnServer(t, admin(t, db), t.Name())
+	expect(sqlock.Leader{})
+	lb := must[*lease.Leadership](t)(m.Candidate(t.Name(), "host-b", roomyTTL).Campaign(ctx))
+	expect(sqlock.Leader{Identity: "host-b", Term: lb.Token()})
+	must[struct{}](t)(struct{}{}, lb.Resign(ctx))
 }
