@@ -92,8 +92,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 	}, "hand", func() {
-		var token, remaining int64
-		if err := pool.QueryRow(ctx, acquire, "bench-hand", owner, int64(10*time.Second/time.Microsecond)).Scan(&token, &remaining); err != nil || token == 0 {
+		var token, remaining, ticket, ahead, pred int64
+		if err := pool.QueryRow(ctx, acquire, "bench-hand", owner, int64(10*time.Second/time.Microsecond), 0, "", nil).
+			Scan(&token, &remaining, &ticket, &ahead, &pred); err != nil || token == 0 {
 			b.Fatal(err, token)
 		}
 		var one int
@@ -257,12 +258,11 @@ func BenchmarkContended32(b *testing.B) {
 // contend runs contenders goroutines that each take the lease "contended"
 // rounds times, hold it 1 ms and release it, and returns every wait,
 // sorted.
-func contend(b *testing.B, m *lease.Manager, contenders, rounds int) []time.Duration {
+func contend(b testing.TB, m *lease.Manager, contenders, rounds int) []time.Duration {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var waits []time.Duration
 	var wg sync.WaitGroup
-	b.ResetTimer()
 	for range contenders {
 		wg.Go(func() {
 			for range rounds {
@@ -284,7 +284,6 @@ func contend(b *testing.B, m *lease.Manager, contenders, rounds int) []time.Dura
 		})
 	}
 	wg.Wait()
-	b.StopTimer()
 	if len(waits) == 0 {
 		b.Fatal("no acquisition")
 	}

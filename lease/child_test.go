@@ -27,6 +27,10 @@ func runChild(role string) int {
 		return exclusionChild()
 	case "paused":
 		return pausedChild()
+	case "fifo":
+		return fifoChild()
+	case "multi":
+		return multiChild()
 	}
 	fmt.Println("unknown role", role)
 	return 2
@@ -235,4 +239,53 @@ func pausedChild() int {
 	relErr := l.Release(ctx)
 	fmt.Printf("RESULT lost=%t guard=%s fenced=%d release=%t\n", lost, guardErr, fenced, errors.Is(relErr, lease.ErrNotHeld))
 	return 0
+}
+
+// fifoChild waits for LEASE_NAME, then says "RESULT <token> <ticket>" and
+// releases it at once.
+func fifoChild() int {
+	m, db, pool, err := childManager()
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer closeHandles(db, pool)
+	ctx := context.Background()
+	l, err := m.Acquire(ctx, os.Getenv("LEASE_NAME"), time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	fmt.Printf("RESULT %d %d\n", l.Token(), lease.Ticket(l))
+	if err := l.Release(ctx); err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	return 0
+}
+
+// multiChild takes x, y and z together and releases them, again and again,
+// saying "READY" after the first grant, until it is killed.
+func multiChild() int {
+	m, db, pool, err := childManager()
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer closeHandles(db, pool)
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		ls, err := m.AcquireAll(ctx, []string{"z", "x", "y"}, time.Minute)
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		if i == 0 {
+			fmt.Println("READY")
+		}
+		if err := ls.Release(ctx); err != nil {
+			fmt.Println(err)
+			return 2
+		}
+	}
 }

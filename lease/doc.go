@@ -42,7 +42,17 @@
 // change, and [Candidate.Election] is the candidate as a
 // [sqlock.Election] (docs/election.md).
 //
-// Waiters learn of a release through LISTEN/NOTIFY. Before its first
+// Waiters are served in the order they arrived, across processes: a
+// waiter takes a ticket in the waiters' table in the statement of its
+// first failed attempt, and a lease goes only to the caller with no live
+// ticket ahead; a waiter whose context ends gives its ticket back before
+// Acquire returns. [Manager.AcquireAll] takes several names all or none,
+// in one statement, as a [MultiLease]. [WithHolder] and [WithPayload]
+// store who holds a lease with it, for operators (inspect, sqlock leases).
+//
+// Waiters learn of a release through LISTEN/NOTIFY: the head of the queue
+// listens for the release, each waiter behind it for its predecessor's
+// leaving, so a release wakes one waiter. Before its first
 // LISTEN a Manager checks that the connection keeps its server session;
 // behind PgBouncer in transaction mode it does not (a LISTEN would land on
 // a pooled server connection and never be heard), and the Manager's

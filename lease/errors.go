@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"fmt"
+
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/pgerror"
@@ -43,6 +45,13 @@ var (
 	// on the network, not on the call alone: a faster round trip measured
 	// later lets the same TTL through, and a longer TTL cures it.
 	ErrTTLTooShort = errkind.New(sqlock.ErrInvalidArgument, "lease: TTL too short for the measured round trips")
+	// ErrSchema: the leases table, or its waiters' queue or one of its
+	// columns, is not in the database — most often a table made by an
+	// older version of this package, before the queue and the holder
+	// columns. [Migrate] (or the statements of [DDL]) adds what is missing
+	// in place, keeping the rows. It matches [sqlock.ErrUnsupported]. Leases
+	// granted before the upgrade still renew and release.
+	ErrSchema = errkind.New(sqlock.ErrUnsupported, "lease: the table's schema is not this version's")
 )
 
 // sentinels are the errors every TTL lock backend reports, in this
@@ -62,6 +71,17 @@ func (e *Error) Error() string { return ttllock.ErrorText("lease", e.Op, e.Name,
 // Unwrap returns the sentinel and the cause, so errors.Is and errors.As see
 // both.
 func (e *Error) Unwrap() []error { return ttllock.Unwrap(e.Err, e.Cause) }
+
+// schemaError names the cure of an acquisition that failed because a
+// table or a column is missing (SQLSTATE 42P01, 42703): Migrate.
+func schemaError(t tableName, err error) error {
+	switch pgerror.Code(err) {
+	case "42P01", "42703":
+		return ttllock.Refuse(ErrSchema, fmt.Errorf("%s or its queue %s lacks what this version needs "+
+			"(made by an older version?): run lease.Migrate or the statements of lease.DDL: %w", t.table(), t.waiters(), err))
+	}
+	return err
+}
 
 // permanent reports whether a renewal error will not go away by trying
 // again: the statement itself is wrong for this database (the table was

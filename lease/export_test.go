@@ -33,3 +33,7 @@ func Statements(m *Manager) (acquire, release string) { return m.stmt.acquire, m
 // GuardStatement is m's guard statement and the owner l checks it with, for
 // the benchmark that runs it by hand with and without its row lock.
 func GuardStatement(m *Manager, l *Lease) (guard, owner string) { return m.stmt.guard, l.a.owner }
+
+// Ticket is the queue ticket l waited with before it was granted; 0 if it
+// was granted without waiting.
+func Ticket(l *Lease) int64 { return l.a.ticket }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -51,6 +52,13 @@ func (l *Lease) Name() string { return l.tl.Name() }
 // restarts and deletions of the row. Write it beside the data the lease
 // protects and refuse writes that carry a smaller one.
 func (l *Lease) Token() int64 { return l.tl.Token() }
+
+// Holder is the label stored with the lease ([WithHolder]); "" if none.
+func (l *Lease) Holder() string { return l.a.m.cfg.holder }
+
+// Payload is a copy of the bytes stored with the lease ([WithPayload]); nil
+// if none.
+func (l *Lease) Payload() []byte { return bytes.Clone(l.a.m.cfg.payload) }
 
 // Deadline is the local time until which the lease is trusted: the last
 // confirmed renewal's send time plus the TTL, less a safety margin of a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -129,11 +130,25 @@ type acquisition struct {
 	name   string
 	owner  string
 	ttl    time.Duration
-	sub    *subscription // the release notifications, once subscribed
+	sub    *subscription // the notifications awaited, once subscribed
 	listen bool          // subscribe before the next pause
+
+	// The queue, as the last attempt answered: the waiter's ticket (0:
+	// none), how many live tickets are ahead of it, and the nearest.
+	ticket, ahead, pred int64
+	queued              bool // a ticket may be on the server: give it back unless granted
+	granted             bool
 }
 
-func (a *acquisition) close() { a.sub.close() }
+// close ends the acquisition's wait: its subscription, and its ticket if
+// it was not granted (a waiter whose context ended leaves the queue before
+// Acquire returns, and the waiter behind it is woken).
+func (a *acquisition) close() {
+	a.sub.close()
+	if a.queued && !a.granted {
+		a.m.leave(a.name, a.owner)
+	}
+}
 
 // Check refuses bad input before anything is sent.
 func (a *acquisition) Check(name string, ttl time.Duration) (time.Duration, error) {
@@ -154,32 +169,56 @@ func (a *acquisition) Admit(ctx context.Context, ttl time.Duration) error {
 
 // Grant is one attempt; a failed one gives back what the server may have
 // granted.
-func (a *acquisition) Grant(ctx context.Context, name string, ttl time.Duration, _ bool) (ttllock.Grant, error) {
+func (a *acquisition) Grant(ctx context.Context, name string, ttl time.Duration, wait bool) (ttllock.Grant, error) {
 	a.name, a.ttl = name, ttl
+	var ticketTTL time.Duration
+	if wait {
+		ticketTTL = a.m.ticketTTL()
+		a.queued = true
+	}
+	if wait && a.ahead >= headPollers {
+		// Behind others: ask for the place only, and make an attempt
+		// once next to the head.
+		err := a.m.b.queryRow(ctx, a.m.stmt.place, []any{name, a.owner, ticketTTL.Microseconds()}, &a.ahead, &a.pred)
+		if err != nil {
+			return ttllock.Grant{}, schemaError(a.m.cfg.table, err)
+		}
+		if a.ahead >= headPollers {
+			return ttllock.Grant{Remaining: -1}, nil
+		}
+	}
 	sent := time.Now()
-	token, remaining, err := a.m.try(ctx, name, a.owner, ttl)
+	r, err := a.m.try(ctx, name, a.owner, ttl, ticketTTL)
 	if err != nil {
 		a.m.cleanUp(name, a.owner)
-		return ttllock.Grant{}, err
+		return ttllock.Grant{}, schemaError(a.m.cfg.table, err)
 	}
 	a.m.observeRTT(time.Since(sent))
-	if token > 0 {
-		return ttllock.Grant{Held: a, Token: token}, nil
+	a.ticket, a.ahead, a.pred = r.ticket, r.ahead, r.pred
+	if r.token > 0 {
+		a.granted = true
+		return ttllock.Grant{Held: a, Token: r.token}, nil
 	}
-	return ttllock.Grant{Remaining: time.Duration(remaining) * time.Microsecond}, nil
+	return ttllock.Grant{Remaining: time.Duration(r.remaining) * time.Microsecond}, nil
 }
 
-// Pause waits for the next attempt. The first pause of a listening
-// Manager subscribes to the release notifications and then tries again at
-// once: a release between the failed try and the LISTEN is seen by the
-// try, one after by the notification.
+// Pause waits for the next attempt. A waiter at the head of the queue
+// waits for the lease's release; one behind it, for the ticket ahead of it
+// to leave (granted, or given back), which wakes nobody else. A listening
+// waiter subscribes to the notification it awaits whenever that changes
+// and then tries again at once: what happened between the failed try and
+// the LISTEN is seen by the try, what happens after by the notification.
 func (a *acquisition) Pause(ctx context.Context, remaining time.Duration) error {
-	if a.sub != nil && a.sub.dead.Load() {
+	key := a.name
+	if a.ahead > 0 {
+		key = ticketKey(a.pred)
+	}
+	if a.sub != nil && (a.sub.dead.Load() || a.sub.name != key) {
 		a.sub.close()
 		a.sub = nil
 	}
 	if a.sub == nil && a.listen {
-		s, err := a.m.ntf.subscribe(ctx, a.name)
+		s, err := a.m.ntf.subscribe(ctx, key)
 		if err == nil {
 			a.sub = s
 			return nil
@@ -189,8 +228,13 @@ func (a *acquisition) Pause(ctx context.Context, remaining time.Duration) error 
 		}
 		a.listen = false // this wait polls
 	}
-	return a.m.pause(ctx, a.sub, remaining)
+	return a.m.pause(ctx, a.sub, remaining, a.ahead)
 }
+
+// ticketKey is the notification a ticket's leaving the queue sends: "#"
+// and the ticket. A lease whose name has that form wakes that ticket's
+// successor for nothing when it is released, which costs it one try.
+func ticketKey(ticket int64) string { return "#" + strconv.FormatInt(ticket, 10) }
 
 // Renew extends the lease by its TTL, owner-checked.
 func (a *acquisition) Renew(ctx context.Context) (refused bool, err error) {
@@ -217,16 +261,43 @@ func (a *acquisition) Release(ctx context.Context) (notHeld bool, err error) {
 	return false, err
 }
 
-// try is one attempt: the lease's token if it was granted (0 if not), and
-// the time the current holder has left in µs (-1: unknown).
-func (m *Manager) try(ctx context.Context, name, owner string, ttl time.Duration) (token, remaining int64, err error) {
+// attempt is the answer to one attempt: the lease's token if it was
+// granted (0 if not), the time the current holder has left in µs (-1:
+// unknown), and the caller's place in the queue: its ticket (0: none),
+// how many live tickets are ahead and the nearest of them.
+type attempt struct {
+	token, remaining, ticket, ahead, pred int64
+}
+
+// try is one attempt; a ticketTTL > 0 queues the caller if it is not
+// granted (or keeps its ticket alive that long).
+func (m *Manager) try(ctx context.Context, name, owner string, ttl, ticketTTL time.Duration) (r attempt, err error) {
+	args := []any{name, owner, ttl.Microseconds(), ticketTTL.Microseconds(), m.cfg.holder, m.cfg.payload}
 	for range vanishedRetries {
-		err = m.b.queryRow(ctx, m.stmt.acquire, []any{name, owner, ttl.Microseconds()}, &token, &remaining)
+		err = m.b.queryRow(ctx, m.stmt.acquire, args, &r.token, &r.remaining, &r.ticket, &r.ahead, &r.pred)
 		if !vanished(err) {
 			break
 		}
 	}
-	return token, remaining, err
+	return r, err
+}
+
+// ticketTTL is how long a waiter's ticket lives unless the waiter's next
+// attempt renews it: four of its longest pauses, so that a live waiter
+// keeps its place on a loaded machine and a dead one holds up the queue
+// only that long.
+func (m *Manager) ticketTTL() time.Duration {
+	longest := max(m.safetyPoll(), m.cfg.poll, defaultPoll)
+	return 4 * longest
+}
+
+// leave gives back a waiter's ticket, bounded as cleanUp is, detached from
+// the caller's context (which has often ended: that is why it leaves).
+func (m *Manager) leave(name, owner string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var n int64
+	m.b.queryRow(ctx, m.stmt.leave, []any{name, owner}, &n)
 }
 
 // cleanupTimeout bounds the release of an acquisition whose answer was
@@ -253,19 +324,26 @@ const (
 // pause waits before the next try: for a notification (when subscribed),
 // the holder's expiry, or a poll interval, whichever is first. It returns
 // the context's error if ctx ends first.
-func (m *Manager) pause(ctx context.Context, sub *subscription, remaining time.Duration) error {
-	d := safetyPoll
-	if m.safety > 0 {
-		d = m.safety
-	}
+//
+// ahead is how many live tickets are ahead of the waiter's. One behind
+// others waits for the ticket ahead of it to leave, so the holder's expiry
+// is not its business. A polling waiter at the head of the queue, or next
+// to it, polls four times as often as the others: a release is noticed only
+// by the head's poll, and the next in line becomes the head then.
+func (m *Manager) pause(ctx context.Context, sub *subscription, remaining time.Duration, ahead int64) error {
+	d := m.safetyPoll()
 	if sub == nil {
 		interval := m.cfg.poll
 		if interval == 0 {
 			interval = defaultPoll
 		}
+		if ahead < headPollers {
+			interval /= 4
+		}
 		d = interval/2 + rand.N(interval/2+1)
 	}
 	switch {
+	case ahead > 0:
 	case remaining > 0:
 		d = min(d, remaining+expiryGrace+rand.N(expiryGrace))
 	case remaining == 0 || remaining < 0 && sub != nil:
@@ -294,11 +372,22 @@ func (m *Manager) pause(ctx context.Context, sub *subscription, remaining time.D
 	}
 }
 
+func (m *Manager) safetyPoll() time.Duration {
+	if m.safety > 0 {
+		return m.safety
+	}
+	return safetyPoll
+}
+
 func (m *Manager) woke(notified bool) {
 	if m.onWake != nil {
 		m.onWake(notified)
 	}
 }
+
+// headPollers is how many polling waiters at the front of a queue poll
+// at a quarter of the interval.
+const headPollers = 2
 
 // defaultPoll is the polling interval of a driver that cannot LISTEN when
 // WithPolling did not set one.

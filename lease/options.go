@@ -1,7 +1,10 @@
 package lease
 
 import (
+	"bytes"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/internal/errkind"
@@ -20,6 +23,8 @@ type config struct {
 	ttllock.Config // the timeout, the maximum hold, the observer
 	table          tableName
 	poll           time.Duration // > 0: wait by polling, never LISTEN
+	holder         string        // stored with every lease: WithHolder
+	payload        []byte        // stored with every lease: WithPayload; nil: none
 }
 
 func defaultConfig() config {
@@ -86,6 +91,51 @@ func WithMaxHold(d time.Duration) Option {
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) error {
 		c.AddObserver(o)
+		return nil
+	}
+}
+
+// MaxHolderLen and MaxPayloadLen bound [WithHolder]'s label and
+// [WithPayload]'s bytes (as redislock's do): they are stored in the lease's
+// row for operators, not a place for data.
+const (
+	MaxHolderLen  = 256
+	MaxPayloadLen = 4096
+)
+
+// WithHolder stores label with every lease the Manager takes, for
+// operators: who holds it (a host, a pid, a job id), where the owner id is
+// random. [Lease.Holder] reads it back; inspect and `sqlock leases` show
+// it. It is UTF-8 text without NUL bytes of at most [MaxHolderLen] bytes;
+// otherwise every acquisition fails with an error matching [ErrInvalid]
+// and [sqlock.ErrInvalidArgument], with nothing sent. The default is "".
+// For a label per job, make a Manager per job on the same pool: a Manager
+// holds no connection while nobody waits.
+func WithHolder(label string) Option {
+	return func(c *config) error {
+		switch {
+		case len(label) > MaxHolderLen:
+			return errkind.New(ErrInvalid, "lease: holder label of %d bytes is longer than %d", len(label), MaxHolderLen)
+		case !utf8.ValidString(label) || strings.IndexByte(label, 0) >= 0:
+			return errkind.New(ErrInvalid, "lease: holder label is not UTF-8 text without NUL bytes")
+		}
+		c.holder = label
+		return nil
+	}
+}
+
+// WithPayload stores a copy of p with every lease the Manager takes, as
+// WithHolder stores its label: a few bytes an operator or another process
+// may want beside it (a job's parameters, an address). [Lease.Payload]
+// reads it back; inspect shows it. At most [MaxPayloadLen] bytes (longer:
+// an error matching [ErrInvalid] and [sqlock.ErrInvalidArgument], reported
+// by every acquisition, and nothing is sent). nil (the default) stores none.
+func WithPayload(p []byte) Option {
+	return func(c *config) error {
+		if len(p) > MaxPayloadLen {
+			return errkind.New(ErrInvalid, "lease: payload of %d bytes is longer than %d", len(p), MaxPayloadLen)
+		}
+		c.payload = bytes.Clone(p)
 		return nil
 	}
 }

@@ -15,7 +15,9 @@ import (
 // for the waiter's timer logic under synctest, where time is exact.
 type fakeHeld struct {
 	acquire   string
+	place     string
 	remaining int64
+	ahead     int64 // live tickets ahead of the waiter's (the nearest: ticket 1)
 	listens   bool
 
 	mu    sync.Mutex
@@ -23,13 +25,18 @@ type fakeHeld struct {
 }
 
 func (f *fakeHeld) queryRow(_ context.Context, query string, _ []any, dest ...any) error {
-	if query != f.acquire {
+	if query != f.acquire && query != f.place {
 		return errors.New("fake: unexpected statement")
 	}
 	f.mu.Lock()
 	f.tries = append(f.tries, time.Now())
 	f.mu.Unlock()
+	if query == f.place {
+		*dest[0].(*int64), *dest[1].(*int64) = f.ahead, min(f.ahead, 1)
+		return nil
+	}
 	*dest[0].(*int64), *dest[1].(*int64) = 0, f.remaining
+	*dest[2].(*int64), *dest[3].(*int64), *dest[4].(*int64) = f.ahead+1, f.ahead, min(f.ahead, 1)
 	return nil
 }
 
@@ -69,7 +76,7 @@ func waitOnFake(t *testing.T, f *fakeHeld, opts ...Option) []time.Duration {
 	}
 	m := &Manager{b: f, cfg: cfg, stmt: buildStatements(cfg.table)}
 	m.base.Init(&kit, cfg.Config, nil)
-	f.acquire = m.stmt.acquire
+	f.acquire, f.place = m.stmt.acquire, m.stmt.place
 	if cfg.poll == 0 {
 		m.ntf = newNotifier(f, cfg.table.channel())
 	}
@@ -98,11 +105,12 @@ func checkGaps(t *testing.T, gaps []time.Duration, skip int, lo, hi time.Duratio
 	}
 }
 
-// A polling waiter pauses a random time in [interval/2, interval] between
-// tries, and its wait ends exactly at WithTimeout's bound.
+// A polling waiter behind others in the queue pauses a random time in
+// [interval/2, interval] between tries, and its wait ends exactly at
+// WithTimeout's bound.
 func TestPollingWaiterPausesHalfToOneInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeHeld{remaining: time.Hour.Microseconds()}
+		f := &fakeHeld{remaining: time.Hour.Microseconds(), ahead: 2}
 		gaps := waitOnFake(t, f, WithPolling(100*time.Millisecond), WithTimeout(10*time.Second))
 		checkGaps(t, gaps, 0, 50*time.Millisecond, 100*time.Millisecond)
 		if n := len(gaps) + 1; n < 100 || n > 201 {
@@ -111,10 +119,23 @@ func TestPollingWaiterPausesHalfToOneInterval(t *testing.T) {
 	})
 }
 
+// The polling waiters at the head of the queue and next to it pause a
+// random time in [interval/8, interval/4]: a release is noticed by the
+// head's poll alone.
+func TestPollingWaitersAtTheHeadPollFourTimesAsOften(t *testing.T) {
+	for _, ahead := range []int64{0, 1} {
+		synctest.Test(t, func(t *testing.T) {
+			f := &fakeHeld{remaining: time.Hour.Microseconds(), ahead: ahead}
+			gaps := waitOnFake(t, f, WithPolling(100*time.Millisecond), WithTimeout(10*time.Second))
+			checkGaps(t, gaps, 0, 12500*time.Microsecond, 25*time.Millisecond)
+		})
+	}
+}
+
 // Without WithPolling, a waiter that cannot LISTEN polls every 25–50 ms.
 func TestWaiterThatCannotListenPollsByDefault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeHeld{remaining: time.Hour.Microseconds()}
+		f := &fakeHeld{remaining: time.Hour.Microseconds(), ahead: 2}
 		gaps := waitOnFake(t, f, WithTimeout(time.Second))
 		checkGaps(t, gaps, 0, defaultPoll/2, defaultPoll)
 	})
