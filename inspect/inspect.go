@@ -119,8 +119,13 @@ type Session struct {
 
 // Lease is one row of the lease table (package lease).
 type Lease struct {
-	Name      string
-	Owner     string
+	Name  string
+	Owner string
+	// Holder and Payload are what the holder's Manager stored with the
+	// lease (lease.WithHolder, lease.WithPayload): "" and nil if none, or
+	// if the table predates them.
+	Holder    string
+	Payload   []byte
 	Token     int64
 	Acquired  time.Time
 	Expires   time.Time
@@ -517,9 +522,12 @@ func callNames(query string, c []int, key advisory.Key) bool {
 }
 
 // readLeases reads the lease table, ident as leaseTableIdent quoted it.
+// The holder and payload are read through the row as JSON, which has them
+// only if the table does: one statement reads a table of any version.
 func readLeases(ctx context.Context, q Queryer, ident string, s *Snapshot) error {
-	rows, err := q.QueryContext(ctx, `SELECT name, owner::text, token, acquired_at, expires_at, now()
-		FROM `+ident+` ORDER BY name`)
+	rows, err := q.QueryContext(ctx, `SELECT name, owner::text, token, acquired_at, expires_at, now(),
+		coalesce(to_jsonb(l) ->> 'holder', ''), decode(substr(to_jsonb(l) ->> 'payload', 3), 'hex')
+		FROM `+ident+` l ORDER BY name`)
 	if err != nil {
 		return fmt.Errorf("inspect: read leases: %w", err)
 	}
@@ -527,7 +535,7 @@ func readLeases(ctx context.Context, q Queryer, ident string, s *Snapshot) error
 	for rows.Next() {
 		var l Lease
 		var now time.Time
-		if err := rows.Scan(&l.Name, &l.Owner, &l.Token, &l.Acquired, &l.Expires, &now); err != nil {
+		if err := rows.Scan(&l.Name, &l.Owner, &l.Token, &l.Acquired, &l.Expires, &now, &l.Holder, &l.Payload); err != nil {
 			return fmt.Errorf("inspect: read leases: %w", err)
 		}
 		l.Held, l.ExpiresIn = now.Sub(l.Acquired), l.Expires.Sub(now)

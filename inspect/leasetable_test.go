@@ -92,3 +92,49 @@ func TestLeaseTableNamedAsLeaseNamesIt(t *testing.T) {
 		}
 	}
 }
+
+// A lease's holder label and payload (lease.WithHolder, lease.WithPayload)
+// are in the Snapshot; a table made by an older version, without those
+// columns, is read as well, its leases with neither.
+func TestTakeShowsALeasesHolderAndPayload(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	if err := lease.Migrate(ctx, db.SQL()); err != nil {
+		t.Fatal(err)
+	}
+	m := lease.New(db.SQL(), lease.WithHolder("worker-7 pid 99"), lease.WithPayload([]byte{0, 1, 0xfe}))
+	l, err := m.Acquire(ctx, "labelled", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if _, err := lease.New(db.SQL()).Acquire(ctx, "plain", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := inspect.Take(ctx, db.SQL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Leases) != 2 {
+		t.Fatalf("leases %+v", snap.Leases)
+	}
+	if got := snap.Leases[0]; got.Name != "labelled" || got.Holder != "worker-7 pid 99" || string(got.Payload) != "\x00\x01\xfe" {
+		t.Fatalf("labelled: %+v", got)
+	}
+	if got := snap.Leases[1]; got.Name != "plain" || got.Holder != "" || got.Payload != nil {
+		t.Fatalf("plain: %+v", got)
+	}
+
+	if _, err := db.SQL().ExecContext(ctx, `CREATE TABLE old_leases (name text PRIMARY KEY, owner uuid NOT NULL,
+		token bigint NOT NULL UNIQUE, acquired_at timestamptz NOT NULL, expires_at timestamptz NOT NULL);
+		INSERT INTO old_leases VALUES ('old', gen_random_uuid(), 5, now(), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = inspect.Take(ctx, db.SQL(), inspect.WithLeaseTable("old_leases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Leases) != 1 || snap.Leases[0].Token != 5 || snap.Leases[0].Holder != "" || snap.Leases[0].Payload != nil {
+		t.Fatalf("an older version's table: %+v", snap.Leases)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sqlock/sqlock/inspect"
 )
@@ -42,17 +43,43 @@ func leasesCmd(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
+// writeLeaseRows prints the leases as a table: who holds each is its
+// holder label (lease.WithHolder), or its random owner id if it has none.
 func writeLeaseRows(w io.Writer, s *inspect.Snapshot) {
 	fmt.Fprintf(w, "leases: %d\n", len(s.Leases))
 	if len(s.Leases) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n %-30s %10s %8s %9s  %s\n", "NAME", "TOKEN", "HELD", "EXPIRES", "OWNER")
+	fmt.Fprintf(w, "\n %-30s %10s %8s %9s  %s\n", "NAME", "TOKEN", "HELD", "EXPIRES", "HOLDER")
 	for _, l := range s.Leases {
 		exp := "in " + dur(l.ExpiresIn, false)
 		if l.ExpiresIn <= 0 {
 			exp = "expired"
 		}
-		fmt.Fprintf(w, " %-30s %10d %8s %9s  %s\n", fit(l.Name, 30), l.Token, dur(l.Held, false), exp, fit(l.Owner, 36))
+		holder := l.Holder
+		if holder == "" {
+			holder = l.Owner
+		}
+		if len(l.Payload) > 0 {
+			holder += fmt.Sprintf(" (+%d B)", len(l.Payload))
+		}
+		fmt.Fprintf(w, " %-30s %10d %8s %9s  %s\n", fit(l.Name, 30), l.Token, dur(l.Held, false), exp, fit(holder, 36))
 	}
+}
+
+// jsonLease is a lease in --json output; the payload is base64 (encoding/json's
+// []byte), absent if none.
+type jsonLease struct {
+	Name      string    `json:"name"`
+	Owner     string    `json:"owner"`
+	Holder    string    `json:"holder"`
+	Payload   []byte    `json:"payload,omitempty"`
+	Token     int64     `json:"token"`
+	Acquired  time.Time `json:"acquired_at"`
+	Expires   time.Time `json:"expires_at"`
+	ExpiresIn float64   `json:"expires_in_seconds"`
+}
+
+func leaseJSON(l inspect.Lease) jsonLease {
+	return jsonLease{l.Name, l.Owner, l.Holder, l.Payload, l.Token, l.Acquired, l.Expires, l.ExpiresIn.Seconds()}
 }

@@ -292,15 +292,6 @@ type jsonLock struct {
 	State     string     `json:"state"`
 }
 
-type jsonLease struct {
-	Name      string    `json:"name"`
-	Owner     string    `json:"owner"`
-	Token     int64     `json:"token"`
-	Acquired  time.Time `json:"acquired_at"`
-	Expires   time.Time `json:"expires_at"`
-	ExpiresIn float64   `json:"expires_in_seconds"`
-}
-
 func writeJSON(w io.Writer, s *inspect.Snapshot) error {
 	out := struct {
 		At     time.Time   `json:"at"`
@@ -328,7 +319,7 @@ func writeJSON(w io.Writer, s *inspect.Snapshot) error {
 		out.Locks = append(out.Locks, j)
 	}
 	for _, l := range s.Leases {
-		out.Leases = append(out.Leases, jsonLease{l.Name, l.Owner, l.Token, l.Acquired, l.Expires, l.ExpiresIn.Seconds()})
+		out.Leases = append(out.Leases, leaseJSON(l))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
