@@ -207,6 +207,11 @@ func runUnderLock(ctx context.Context, args []string, e env) int {
 	cmd.Env = childEnv(os.Environ(), o, lk)
 	ownGroup(cmd)
 	code, lost := supervise(cmd, lk, o, sigs, e.stderr)
+	if !lost && lk.Err() != nil {
+		// Lost as the command exited, before supervise saw it.
+		fmt.Fprintf(e.stderr, "sqlock run: lock %q lost as the command ended: %v\n", o.name, lk.Err())
+		lost = true
+	}
 
 	rctx, cancel := context.WithTimeout(base, 10*time.Second)
 	defer cancel()
@@ -317,7 +322,7 @@ func acquire(ctx context.Context, b *runBackend, o runOptions, sigs <-chan os.Si
 		if r := <-res; r.err == nil {
 			rctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer stop()
-			r.lk.Release(rctx) //nolint:errcheck // given up before anything ran under it
+			r.lk.Release(rctx) // nothing ran under it: whether it was confirmed changes nothing
 		}
 		return nil, s, nil
 	}

@@ -352,6 +352,31 @@ func TestRunLostLockStopsTheCommand(t *testing.T) {
 	}
 }
 
+// TestRunLockGoneAtReleaseExits122: a lock taken away while the command
+// runs, between renewals (a 30 s TTL renews after 10 s), is found gone
+// by the release when the command ends: exit 122, not the command's 0,
+// since someone else may have held it meanwhile.
+func TestRunLockGoneAtReleaseExits122(t *testing.T) {
+	for _, backend := range []string{"lease", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			tg := newTarget(t, backend)
+			dir := t.TempDir()
+			p := start(ctx, t, dir, append(append([]string{"--name", "gone", "--ttl", "30s"}, tg.flags...), "--", "sh", "-c", holdScript)...)
+			waitFile(ctx, t, filepath.Join(dir, "ready"), "the command's start")
+			lose(ctx, t, tg, "gone")
+			os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644)
+			if code := p.wait(ctx, t); code != exitRunLost {
+				t.Fatalf("exit %d, want %d", code, exitRunLost)
+			}
+			if !strings.Contains(p.stderr.String(), "no longer held at release") {
+				t.Errorf("stderr does not say the lock was gone: %q", p.stderr.String())
+			}
+		})
+	}
+}
+
 // lose takes the lock called name away from its holder, by the backend's
 // own fault.
 func lose(ctx context.Context, t *testing.T, tg target, name string) {
