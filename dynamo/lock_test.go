@@ -260,3 +260,55 @@ func TestLockRefusesBadInputAndSendsNothing(t *testing.T) {
 		t.Fatalf("a refused call wrote %v", item)
 	}
 }
+
+// TestServerKilledUnderAHeldLock: dynalite (with its data on disk) killed
+// while a lock is held: the holder's renewals fail and its Lost fires; an
+// acquisition while the server is down fails with the SDK's error, never
+// ErrNotAcquired; started again with its data, the item still names the
+// old holder, so a waiter takes the lock over only after watching it for
+// the TTL, with a larger token, and the old holder's Release is
+// ErrNotHeld and changes nothing.
+func TestServerKilledUnderAHeldLock(t *testing.T) {
+	srv := dynamotest.New(t, dynamotest.Options{Persist: true})
+	c := srv.Client(nil)
+	table := lockTable(t, c)
+	ctx := testCtx(t)
+	old, err := dynamo.NewLocker(c, table).Acquire(ctx, "job", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.Lost():
+	case <-ctx.Done():
+		t.Fatal("the holder's Lost never closed while the server was down")
+	}
+	if !errors.Is(old.Err(), sqlock.ErrLost) {
+		t.Fatalf("holder: %v; want ErrLost", old.Err())
+	}
+	if _, err := dynamo.NewLocker(c, table).TryAcquire(ctx, "job", time.Second); err == nil || errors.Is(err, sqlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while the server is down: %v; want the SDK's error", err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if str(lockItem(t, c, table, "job"), dynamo.AttrOwner) == "" {
+		t.Fatal("the lock item lost its holder across the restart")
+	}
+	l, err := dynamo.NewLocker(c, table, dynamo.WithTimeout(time.Minute)).Acquire(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	if l.Token() <= old.Token() {
+		t.Fatalf("token %d after the restart, the old holder's %d", l.Token(), old.Token())
+	}
+	if err := old.Release(ctx); !errors.Is(err, dynamo.ErrNotHeld) {
+		t.Fatalf("the old holder's Release after the takeover: %v; want ErrNotHeld", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("the new holder after the old one's Release: %v", l.Err())
+	}
+}
