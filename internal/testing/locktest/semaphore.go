@@ -118,6 +118,7 @@ var semaphoreCases = []struct {
 	{"ReleasedSlotTakenByWaiter", testSemaphoreWaiter},
 	{"OtherSizeRefused", testSemaphoreOtherSize},
 	{"AtMostNAmongGoroutines", testSemaphoreGoroutines},
+	{"NeverTwoSizesAtOnce", testSemaphoreSizesRace},
 	{"LostSlotFreed", testSemaphoreLoss},
 	{"AtMostNAcrossProcesses", testSemaphoreProcesses},
 	{"PausedHolderFencedOut", testSemaphorePaused},
@@ -401,4 +402,54 @@ func testSemaphoreLoss(t *testing.T, s *semaphoreSuite) {
 		}
 		t.Fatalf("the lost holder's Release freed a slot: TryAcquire %s", describe(err))
 	}
+}
+
+// testSemaphoreSizesRace: 8 goroutines race for a name, half with a
+// semaphore of 2 and half of 3, by TryAcquire: a holder of one size never
+// sees a holder of the other inside (counted in and out within their
+// holds), and the refusals are ErrNotAcquired or ErrSemaphoreSize.
+func testSemaphoreSizesRace(t *testing.T, s *semaphoreSuite) {
+	ctx := testCtx(t)
+	const goroutines, rounds = 8, 15
+	name := s.prefix + "sizes"
+	var inside [4]atomic.Int32
+	var granted [4]atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 2 + g%2
+			sem := s.semaphore(n, Options{})
+			for range rounds {
+				sl, err := sem.TryAcquire(ctx, name)
+				if errors.Is(err, sqlock.ErrNotAcquired) || errors.Is(err, sqlock.ErrSemaphoreSize) {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				granted[n].Add(1)
+				inside[n].Add(1)
+				if other := inside[5-n].Load(); other > 0 {
+					errs <- fmt.Errorf("a slot of size %d granted while %d of size %d were held", n, other, 5-n)
+				}
+				time.Sleep(time.Millisecond)
+				inside[n].Add(-1)
+				if err := sl.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("granted: %d of size 2, %d of size 3", granted[2].Load(), granted[3].Load())
 }
