@@ -282,22 +282,7 @@ func testObserve(t *testing.T, s *electionSuite) {
 	if err != nil {
 		t.Fatalf("Observe: %v", err)
 	}
-	expect := func(want sqlock.Leader) {
-		t.Helper()
-		for {
-			select {
-			case l, ok := <-ch:
-				if !ok {
-					t.Fatalf("Observe closed before it saw %+v", want)
-				}
-				if l == want {
-					return
-				}
-			case <-ctx.Done():
-				t.Fatalf("Observe never reported %+v", want)
-			}
-		}
-	}
+	expect := func(want sqlock.Leader) { t.Helper(); observed(ctx, t, ch, want) }
 	expect(sqlock.Leader{})
 	var last int64
 	for _, id := range []string{"host-a", "host-b"} {

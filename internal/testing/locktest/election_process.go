@@ -227,7 +227,8 @@ func (p *leaderProcess) deposed(t *testing.T, reg *fencedRegister, next sqlock.L
 
 // testKilledLeader: the leader's process is killed (SIGKILL, no
 // resignation); another candidate wins once the leadership expires, with
-// a greater term. The failover time is reported, not asserted.
+// a greater term, and an observer in the test process reports the killed
+// leader, then the next. The failover time is reported, not asserted.
 func testKilledLeader(t *testing.T, s *electionSuite) {
 	ctx := testCtx(t)
 	reg := s.newRegister(t)
@@ -235,6 +236,13 @@ func testKilledLeader(t *testing.T, s *electionSuite) {
 	if id, term, err := s.candidate("killed", "reader", Candidate{}).Leader(ctx); err != nil || id != "doomed" || term != p.term {
 		t.Fatalf("Leader while the process leads: %q, %d, %v; want doomed, %d", id, term, describe(err), p.term)
 	}
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	changes, err := s.candidate("killed", "watcher", Candidate{}).Observe(octx)
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	observed(ctx, t, changes, sqlock.Leader{Identity: "doomed", Term: p.term})
 	killed := time.Now()
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -242,7 +250,27 @@ func testKilledLeader(t *testing.T, s *electionSuite) {
 	p.cmd.Wait()
 	next := s.takeOver(ctx, t, "killed", p.term, reg)
 	t.Logf("failover after SIGKILL of the leader (TTL %v): %v", electTTL, time.Since(killed).Round(time.Millisecond))
+	observed(ctx, t, changes, sqlock.Leader{Identity: "next", Term: next.Token()})
 	resign(t, next)
+}
+
+// observed reads changes until it reports want, or fails t saying that
+// it never did.
+func observed(ctx context.Context, t *testing.T, changes <-chan sqlock.Leader, want sqlock.Leader) {
+	t.Helper()
+	for {
+		select {
+		case l, ok := <-changes:
+			if !ok {
+				t.Fatalf("Observe closed before it reported %+v", want)
+			}
+			if l == want {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("Observe never reported %+v", want)
+		}
+	}
 }
 
 // testPausedLeader: the leader's process is stopped (SIGSTOP). Another
@@ -328,7 +356,7 @@ func termsWorker(t *testing.T, h ElectionHarness) {
 				n, err := w.EnterFenced(k, me, term)
 				if err == nil && n == 1 {
 					if id, got, lerr := e.Leader(ctx); lerr != nil || id != me || got != term {
-						return n, fmt.Errorf("Leader while %s leads term %d: %q, %d, %v", me, term, id, got, lerr)
+						return n, fmt.Errorf("the leader read while %s leads term %d: %q, %d, %v", me, term, id, got, lerr)
 					}
 				}
 				return n, err
