@@ -334,7 +334,9 @@ func TestRunLostLockStopsTheCommand(t *testing.T) {
 			dir := t.TempDir()
 			flags := append([]string{"--name", "lost", "--grace", "200ms"}, tg.flags...)
 			if c.backend != "advisory" {
-				flags = append(flags, "--ttl", "1s")
+				// Renewed every second: short enough for a cheap test, long
+				// enough that no load spike loses it before the command starts.
+				flags = append(flags, "--ttl", "3s")
 			}
 			p := start(ctx, t, dir, append(flags, "--", "sh", "-c", c.script)...)
 			waitFile(ctx, t, filepath.Join(dir, "ready"), "the command's start")
