@@ -56,6 +56,10 @@
 // [WithKeyNames] records each key's text once, so that
 // [github.com/sqlock/sqlock/inspect] and the sqlock command show names.
 //
+// [Locker.Semaphore] is a documented refusal ([ErrNoSemaphores], matching
+// [sqlock.ErrUnsupported]): an advisory lock has no fencing token and the
+// server no size beside a key; use lease's semaphores (docs/semaphores.md).
+//
 // Options mean what they mean in every sqlock package (see [observe]).
 // Errors are [*Error] values. The how — lock_timeout batches, sweeps after a
 // timeout race, read deadlines, the probe, pool sizing — is docs/advisory.md.

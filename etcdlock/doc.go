@@ -31,6 +31,12 @@
 // oldest key and [Candidate.Observe] watches them; [Candidate.Election] is
 // the candidate as a [sqlock.Election] (docs/election.md).
 //
+// [Locker.Semaphore] is a semaphore of N slots per name (a
+// [sqlock.SemaphoreAcquirer]): slot keys under the name, each on a lease of
+// its own and written by one transaction that also checks that no key of
+// the name has another size ([ErrSemaphoreSize]); the create revision is
+// the slot's token (docs/semaphores.md).
+//
 // Errors match sqlock's sentinels: [ErrNotAcquired], [ErrTimeout], [ErrLost]
 // and [ErrInvalid] (sqlock.ErrInvalidArgument: an empty or oversized name,
 // a TTL outside [MinTTL, MaxTTL]; nothing is sent). What etcd guarantees,

@@ -42,6 +42,12 @@
 // change, and [Candidate.Election] is the candidate as a
 // [sqlock.Election] (docs/election.md).
 //
+// [Manager.Semaphore] is a semaphore of N slots per name (a
+// [sqlock.SemaphoreAcquirer]), each slot a [Slot] with a lease's renewal,
+// loss and token, in one row per name of a table of its own
+// ([MigrateSemaphores]); another size while a slot is held is
+// [ErrSemaphoreSize] (docs/semaphores.md).
+//
 // Waiters are served in the order they arrived, across processes: a
 // waiter takes a ticket in the waiters' table in the statement of its
 // first failed attempt, and a lease goes only to the caller with no live

@@ -29,6 +29,11 @@
 // none in one script, in sorted order, each with its own token
 // ([MultiLock]).
 //
+// [Locker.Semaphore] is a semaphore of N slots per key (a
+// [sqlock.SemaphoreAcquirer]): one hash at [SemaphoreKey], one script that
+// checks the size ([ErrSemaphoreSize]), takes a free slot and mints its
+// token ([Slot]) in one step (docs/semaphores.md).
+//
 // A [Redlock] ([NewRedlock], over an odd number ≥ 3 of clients) sets the
 // key on every server in parallel and holds the lock when a majority
 // granted it within its validity: the TTL less the time the attempt took
