@@ -26,12 +26,56 @@ func keys(t *testing.T, cl *clientv3.Client, name string) int64 {
 	return resp.Count
 }
 
-// waitKeys waits until name has n keys (waiters have joined the line).
+// waitKeys waits until name has n keys (waiters have joined the line),
+// bounded by the test's deadline.
 func waitKeys(t *testing.T, cl *clientv3.Client, name string, n int64) {
 	t.Helper()
+	ctx := testContext(t)
 	for keys(t, cl, name) != n {
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%q never had %d keys (it has %d)", name, n, keys(t, cl, name))
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
+}
+
+// testContext ends a little before the test's deadline (or with the
+// test), so that a wait bounded by it can still say what never happened.
+func testContext(t testing.TB) context.Context {
+	t.Helper()
+	dt, ok := t.(interface{ Deadline() (time.Time, bool) })
+	if !ok {
+		return t.Context()
+	}
+	d, ok := dt.Deadline()
+	if !ok {
+		return t.Context()
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), d.Add(-5*time.Second))
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// await receives from ch, or fails the test, saying what never happened,
+// once its deadline is near.
+func await[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-testContext(t).Done():
+		t.Fatalf("%s never happened", what)
+		panic("unreachable")
+	}
+}
+
+// awaitGroup waits for wg, or fails the test once its deadline is near.
+func awaitGroup(t testing.TB, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	await(t, done, what)
 }
 
 func mustAcquire(t *testing.T, lk *etcdlock.Locker, name string, ttl time.Duration) *etcdlock.Lock {
@@ -104,7 +148,7 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	if err := first.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, "every waiter served")
 	for i := range order {
 		if order[i] != i || (i > 0 && tokens[i] <= tokens[i-1]) || tokens[i] <= first.Token() {
 			t.Fatalf("served %v with tokens %v after %d, want arrival order and increasing tokens", order, tokens, first.Token())
@@ -133,7 +177,7 @@ func TestWaiterThatGivesUpLeavesTheLine(t *testing.T) {
 	}()
 	waitKeys(t, cl, name, 2)
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) || errors.Is(err, sqlock.ErrTimeout) {
+	if err := await(t, done, "the cancelled waiter returning"); !errors.Is(err, context.Canceled) || errors.Is(err, sqlock.ErrTimeout) {
 		t.Fatalf("cancelled wait: %v, want context.Canceled", err)
 	}
 	if n := keys(t, cl, name); n != 1 {
@@ -256,8 +300,8 @@ func TestRevokedLeaseIsLost(t *testing.T) {
 	if _, err := cl.Revoke(context.Background(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		t.Fatal(err)
 	}
-	<-l.Lost()
-	<-ctx.Done()
+	await(t, l.Lost(), "Lost firing after the lease was revoked")
+	await(t, ctx.Done(), "the lock's Context ending")
 	if !errors.Is(l.Err(), sqlock.ErrLost) || !errors.Is(context.Cause(ctx), etcdlock.ErrLost) {
 		t.Fatalf("Err %v, cause %v; want ErrLost", l.Err(), context.Cause(ctx))
 	}
@@ -300,42 +344,43 @@ func TestExclusionAmongGoroutines(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, "every goroutine's 10 entries")
 	if entries.Load() != 320 {
 		t.Fatalf("%d entries, want 320", entries.Load())
 	}
 }
 
-// TestWaiterOutlivesItsTTL: a waiter keeps its own lease alive while it
-// waits, so a wait longer than its TTL keeps its place in the line and
-// ends with the lock once the holder releases.
-func TestWaiterOutlivesItsTTL(t *testing.T) {
+// TestWaiterWithTheShortestTTLIsServed: a waiter with a TTL of MinTTL
+// queues behind a holder and, once it releases, holds the lock on the key
+// it queued with, with a greater token. (That its keepalives keep a wait
+// of any length alive is TestWaiterOutlivesItsTTL, on a fake clock.)
+func TestWaiterWithTheShortestTTLIsServed(t *testing.T) {
 	cl := sharedClient(t)
 	name := t.Name()
-	const ttl = 2 * time.Second
 	holder := mustAcquire(t, etcdlock.New(cl), name, time.Minute)
 	got := make(chan *etcdlock.Lock, 1)
 	go func() {
-		l, err := etcdlock.New(cl, etcdlock.WithTimeout(time.Minute)).Acquire(context.Background(), name, ttl)
+		l, err := etcdlock.New(cl, etcdlock.WithTimeout(time.Minute)).Acquire(testContext(t), name, etcdlock.MinTTL)
 		if err != nil {
 			t.Error(err)
 		}
 		got <- l
 	}()
 	waitKeys(t, cl, name, 2)
-	time.Sleep(3 * ttl) // the wait outlasts the waiter's TTL, at any speed
-	if n := keys(t, cl, name); n != 2 {
-		t.Fatalf("%d keys after the waiter waited past its TTL, want the holder's and its own", n)
+	resp, err := cl.Get(testContext(t), etcdlock.DefaultPrefix+name+"/", clientv3.WithLastCreate()...)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the waiter's key: %v, %v", resp, err)
 	}
+	queued := string(resp.Kvs[0].Key)
 	if err := holder.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l := <-got
+	l := await(t, got, "the waiter's Acquire returning")
 	if l == nil {
 		t.Fatal("the waiter did not get the lock")
 	}
-	if l.Token() <= holder.Token() {
-		t.Fatalf("waiter's token %d, not above the holder's %d", l.Token(), holder.Token())
+	if l.Key() != queued || l.Token() <= holder.Token() {
+		t.Fatalf("waiter holds key %q with token %d; want the key it queued with, %q, and a token above the holder's %d", l.Key(), l.Token(), queued, holder.Token())
 	}
 	released(t, l)
 }

@@ -134,7 +134,7 @@ func (s *store) Grant(ctx context.Context, name string, ttl time.Duration, wait 
 		return ttllock.Grant{Remaining: -1}, nil
 	}
 	if pred != nil {
-		w := waiter{c: s.c, lease: lease, ttl: ttl, sent: sent}
+		w := newWaiter(s.c, lease, ttl, sent)
 		if err := w.wait(ctx, prefix, key, rev, pred, seen); err != nil {
 			s.revoke(lease) // leave the line at once
 			return ttllock.Grant{}, err
@@ -199,6 +199,20 @@ type waiter struct {
 	ttl   time.Duration
 	sent  time.Time // when the last confirmed grant or keepalive was sent
 	next  time.Time // when the next keepalive is due
+
+	// keepAlive sends one keepalive of the lease: the client's
+	// KeepAliveOnce, or a fake in the tests of the keepalives' timing.
+	keepAlive func(ctx context.Context, lease clientv3.LeaseID) error
+}
+
+// newWaiter returns the waiter of lease, granted for ttl by a request
+// sent at sent; its first keepalive is due ttl/3 after that.
+func newWaiter(c *clientv3.Client, lease clientv3.LeaseID, ttl time.Duration, sent time.Time) *waiter {
+	return &waiter{c: c, lease: lease, ttl: ttl, sent: sent, next: sent.Add(ttl / 3),
+		keepAlive: func(ctx context.Context, lease clientv3.LeaseID) error {
+			_, err := c.KeepAliveOnce(ctx, lease)
+			return err
+		}}
 }
 
 // retryPause is the pause before a request of the wait that failed is
@@ -210,7 +224,6 @@ const retryPause = 50 * time.Millisecond
 // deleted, then reads the next one, until there is none. It fails if its
 // own key is gone (its lease expired while it waited) or ctx ends.
 func (w *waiter) wait(ctx context.Context, prefix, key string, rev int64, pred []byte, seen int64) error {
-	w.next = w.sent.Add(w.ttl / 3)
 	for {
 		if err := w.watchDelete(ctx, pred, seen); err != nil {
 			return err
@@ -314,7 +327,7 @@ func (w *waiter) sleep(ctx context.Context, ch clientv3.WatchChan) (resp clientv
 func (w *waiter) renew(ctx context.Context) error {
 	sent := time.Now()
 	kctx, cancel := context.WithDeadline(ctx, w.sent.Add(w.ttl))
-	_, err := w.c.KeepAliveOnce(kctx, w.lease)
+	err := w.keepAlive(kctx, w.lease)
 	cancel()
 	switch {
 	case err == nil:
