@@ -47,6 +47,16 @@ func WithTimeout(d time.Duration) Option {
 	return func(c *config) error { return c.SetTimeout(d) }
 }
 
+// WithMaxHold caps how long any lock of the Locker is held: Lost fires
+// once d has passed since it was acquired, however often its lease was
+// kept alive (its error matches [ErrLost] and says so), and the
+// keepalives stop, so the cluster expires the lease one TTL later unless
+// Release revokes it first. It must be positive (otherwise an error
+// matching [sqlock.ErrInvalidOption]); the default is no cap.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error { return c.SetMaxHold(d) }
+}
+
 // WithPrefix puts the Locker's keys under prefix (default
 // [DefaultPrefix]): the lock called name is the keys under
 // prefix + name + "/", one per holder and waiter. Lockers with different
