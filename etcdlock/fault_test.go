@@ -19,6 +19,7 @@ import (
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/etcdlock"
 	"github.com/sqlock/sqlock/etcdlock/internal/etcdtest"
+	"github.com/sqlock/sqlock/internal/testing/locktest"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
 
@@ -47,6 +48,90 @@ func (h *holders) enter(t *testing.T, l *etcdlock.Lock) {
 
 func (h *holders) leave(l *etcdlock.Lock) { h.cur.CompareAndSwap(l, nil) }
 
+// history records a fault test's acquisitions, losses, fenced writes and
+// releases for porcupine (locktest.History: the conformance suite's model
+// of a lock guarding a register), so that each fault is checked against
+// the same specification as the suite's own history, not only by the
+// test's assertions.
+type history struct {
+	*locktest.History
+	value atomic.Int64
+}
+
+func newHistory() *history { return &history{History: locktest.NewHistory(true)} }
+
+// recorded is a lock in a history: its client, and the watch that records
+// its loss.
+type recorded struct {
+	*etcdlock.Lock
+	client int
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// acquire records client's acquisition, and from its grant the lock's
+// loss, if its Lost fires before the holder writes and releases.
+func (h *history) acquire(client int, acquire func() (*etcdlock.Lock, error)) (*recorded, error) {
+	lk, err := h.Acquire(client, func() (sqlock.Lock, error) {
+		l, err := acquire()
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client %d: Acquire: %w", client, err)
+	}
+	r := &recorded{Lock: lk.(*etcdlock.Lock), client: client, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		h.Lose(client, func() bool {
+			select {
+			case <-r.Lost():
+				return true
+			case <-r.stop:
+				return r.Err() != nil
+			}
+		})
+	}()
+	return r, nil
+}
+
+// mustAcquire is acquire, failing the test on an error.
+func (h *history) mustAcquire(t *testing.T, client int, acquire func() (*etcdlock.Lock, error)) *recorded {
+	t.Helper()
+	r, err := h.acquire(client, acquire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// finish records the holder's read and fenced write of the history's
+// register, and its release, whose error it returns; ok says whether the
+// write succeeded.
+func (h *history) finish(r *recorded) (ok bool, err error) {
+	h.Read(r.client)
+	ok = h.Write(r.client, r.Token(), int(h.value.Add(1)), nil)
+	return ok, h.release(r)
+}
+
+// release records the holder's release, and returns its error.
+func (h *history) release(r *recorded) error {
+	close(r.stop)
+	<-r.done // at once: the watch returns on stop
+	return h.Release(r.client, r.Token(), func() error { return r.Release(context.Background()) })
+}
+
+// childLock is a lock a child process holds, seen by the parent's history:
+// its token, which the child reported.
+type childLock struct {
+	sqlock.Fenced
+	token int64
+}
+
+func (l childLock) Token() int64 { return l.token }
+
 // released checks a Release: nil, or, for a lock that was lost, an error.
 func released(t *testing.T, l *etcdlock.Lock) {
 	t.Helper()
@@ -57,14 +142,19 @@ func released(t *testing.T, l *etcdlock.Lock) {
 
 // reachable waits until cl reaches the cluster again (its connection
 // re-established after a fault), so that a Release is answered within its
-// own bound.
-func reachable(cl *clientv3.Client) {
+// own bound; the test fails if it never does.
+func reachable(t *testing.T, cl *clientv3.Client) {
+	t.Helper()
+	tctx := testContext(t)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(tctx, time.Second)
 		_, err := cl.Get(ctx, "reachable")
 		cancel()
 		if err == nil {
 			return
+		}
+		if tctx.Err() != nil {
+			t.Fatalf("the client never reached the cluster again: %v", err)
 		}
 	}
 }
@@ -72,7 +162,8 @@ func reachable(cl *clientv3.Client) {
 // TestLeaderKilledWhileHeldAndWaitersQueue: the leader is killed while a
 // lock is held and four waiters queue. A new leader is elected; the
 // waiters are served in the order they arrived, one at a time, with
-// increasing tokens.
+// increasing tokens; the history (each holder's read, fenced write and
+// release) is linearizable.
 func TestLeaderKilledWhileHeldAndWaitersQueue(t *testing.T) {
 	ctx := context.Background()
 	c := etcdtest.New(t, 3)
@@ -80,25 +171,29 @@ func TestLeaderKilledWhileHeldAndWaitersQueue(t *testing.T) {
 	lk := etcdlock.New(cl, etcdlock.WithTimeout(5*time.Minute))
 	name := t.Name()
 	var h holders
-	first := mustAcquire(t, lk, name, 10*time.Second)
-	h.enter(t, first)
+	hist := newHistory()
+	acquire := func() (*etcdlock.Lock, error) { return lk.Acquire(ctx, name, 10*time.Second) }
+	first := hist.mustAcquire(t, 0, acquire)
+	h.enter(t, first.Lock)
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
 	const waiters = 4
 	for i := range waiters {
 		wg.Go(func() {
-			l, err := lk.Acquire(ctx, name, 10*time.Second)
+			l, err := hist.acquire(i+1, acquire)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			h.enter(t, l)
+			h.enter(t, l.Lock)
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			h.leave(l)
-			released(t, l)
+			h.leave(l.Lock)
+			if _, err := hist.finish(l); err != nil && l.Err() == nil {
+				t.Errorf("Release of holder %d, not lost: %v", l.Token(), err)
+			}
 		})
 		waitKeys(t, cl, name, int64(i+2))
 	}
@@ -116,9 +211,11 @@ func TestLeaderKilledWhileHeldAndWaitersQueue(t *testing.T) {
 	if leader == old {
 		t.Fatal("the killed member is still the leader")
 	}
-	h.leave(first)
-	released(t, first)
-	wg.Wait()
+	h.leave(first.Lock)
+	if _, err := hist.finish(first); err != nil && first.Err() == nil {
+		t.Errorf("Release of the first holder across the leader's death, not lost: %v", err)
+	}
+	awaitGroup(t, &wg, "every waiter served after the leader was killed")
 	if len(order) != waiters {
 		t.Fatalf("%d of %d waiters served", len(order), waiters)
 	}
@@ -127,137 +224,168 @@ func TestLeaderKilledWhileHeldAndWaitersQueue(t *testing.T) {
 			t.Fatalf("waiters served in order %v, want their arrival order", order)
 		}
 	}
+	hist.Check(t)
+}
+
+// takeover is the end of a fault that took old's lock: next (which got the
+// lock once old's Lost fired) writes the register; old, once it reaches
+// the cluster again (reach), writes it too, refused by the fence, and its
+// Release is not held; next releases. The history of both is
+// linearizable.
+func takeover(t *testing.T, hist *history, old, next *recorded, reach func()) {
+	t.Helper()
+	if ok, err := hist.finish(next); !ok || err != nil {
+		t.Fatalf("new holder: write %t, Release %v; want both to succeed", ok, err)
+	}
+	await(t, old.Lost(), "the old holder's Lost firing")
+	if !errors.Is(old.Err(), sqlock.ErrLost) {
+		t.Fatalf("old holder's Err: %v, want ErrLost", old.Err())
+	}
+	reach()
+	if ok, err := hist.finish(old); ok || !errors.Is(err, etcdlock.ErrNotHeld) {
+		t.Fatalf("old holder: write %t, Release %v; want the write fenced out and ErrNotHeld", ok, err)
+	}
+	hist.Check(t)
 }
 
 // TestHolderMemberKilled: the only member a holder's client knows is
 // killed. The holder's Lost fires; another client (of the two members
 // left) gets the lock only after it has, with a greater token; the old
-// holder's Release, once its member is back, is not held.
+// holder's late write is fenced out and its Release, once its member is
+// back, is not held; the history is linearizable.
 func TestHolderMemberKilled(t *testing.T) {
 	ctx := context.Background()
 	c := etcdtest.New(t, 3)
 	m := c.Members[0]
 	var h holders
+	hist := newHistory()
 	oldClient := c.Client(t, m.ClientURL)
-	old := mustAcquire(t, etcdlock.New(oldClient), t.Name(), 3*time.Second)
-	h.enter(t, old)
+	old := hist.mustAcquire(t, 0, func() (*etcdlock.Lock, error) {
+		return etcdlock.New(oldClient).Acquire(ctx, t.Name(), 3*time.Second)
+	})
+	h.enter(t, old.Lock)
 	if err := m.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	others := c.Others(m)
-	next := mustAcquire(t, etcdlock.New(c.Client(t, others[0].ClientURL, others[1].ClientURL), etcdlock.WithTimeout(time.Minute)), t.Name(), 3*time.Second)
-	h.enter(t, next) // fails unless old's Err is set by now
-	<-old.Lost()
-	if !errors.Is(old.Err(), sqlock.ErrLost) {
-		t.Fatalf("old holder's Err: %v, want ErrLost", old.Err())
-	}
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	reachable(oldClient)
-	if err := old.Release(ctx); !errors.Is(err, etcdlock.ErrNotHeld) {
-		t.Fatalf("old holder's Release: %v, want ErrNotHeld", err)
-	}
-	released(t, next)
+	nextLocker := etcdlock.New(c.Client(t, others[0].ClientURL, others[1].ClientURL), etcdlock.WithTimeout(time.Minute))
+	next := hist.mustAcquire(t, 1, func() (*etcdlock.Lock, error) { return nextLocker.Acquire(ctx, t.Name(), 3*time.Second) })
+	h.enter(t, next.Lock) // fails unless old's Err is set by now
+	takeover(t, hist, old, next, func() {
+		if err := m.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		reachable(t, oldClient)
+	})
 }
 
 // TestPartitionedHolderIsLost: a holder's client reaches the cluster
 // through a proxy that the test stalls (a partition) past the TTL. Its
 // Lost fires; another client gets the lock with a greater token; when the
-// partition heals, the old holder's Release is not held.
+// partition heals, the old holder's write is fenced out and its Release
+// is not held; the history is linearizable.
 func TestPartitionedHolderIsLost(t *testing.T) {
 	ctx := context.Background()
 	c := etcdtest.New(t, 3)
 	p := pgtest.StartTCPProxy(t, strings.TrimPrefix(c.Members[0].ClientURL, "http://"))
 	var h holders
+	hist := newHistory()
 	oldClient := c.Client(t, "http://"+p.Addr())
-	old := mustAcquire(t, etcdlock.New(oldClient), t.Name(), 3*time.Second)
-	h.enter(t, old)
+	old := hist.mustAcquire(t, 0, func() (*etcdlock.Lock, error) {
+		return etcdlock.New(oldClient).Acquire(ctx, t.Name(), 3*time.Second)
+	})
+	h.enter(t, old.Lock)
 	p.Stall()
-	next := mustAcquire(t, etcdlock.New(c.Client(t), etcdlock.WithTimeout(time.Minute)), t.Name(), 3*time.Second)
-	h.enter(t, next)
-	<-old.Lost()
-	p.Resume()
-	reachable(oldClient)
-	if err := old.Release(ctx); !errors.Is(err, etcdlock.ErrNotHeld) {
-		t.Fatalf("old holder's Release after the partition: %v, want ErrNotHeld", err)
-	}
-	released(t, next)
+	nextLocker := etcdlock.New(c.Client(t), etcdlock.WithTimeout(time.Minute))
+	next := hist.mustAcquire(t, 1, func() (*etcdlock.Lock, error) { return nextLocker.Acquire(ctx, t.Name(), 3*time.Second) })
+	h.enter(t, next.Lock)
+	takeover(t, hist, old, next, func() {
+		p.Resume()
+		reachable(t, oldClient)
+	})
 }
 
 // TestRestartOfTheWholeClusterKeepsLocksAndTokens: every member killed
 // and started again with its data. A lock held across the restart (a TTL
 // longer than the outage) is still held — TryAcquire is refused, its
 // Release confirmed — and the next holder's token is greater than every
-// token before the restart.
+// token before the restart; each name's history is linearizable.
 func TestRestartOfTheWholeClusterKeepsLocksAndTokens(t *testing.T) {
 	ctx := context.Background()
 	c := etcdtest.New(t, 3)
 	lk := etcdlock.New(c.Client(t), etcdlock.WithTimeout(time.Minute))
-	before := mustAcquire(t, lk, t.Name()+"/a", 10*time.Second)
-	released(t, before)
-	held := mustAcquire(t, lk, t.Name()+"/b", 5*time.Minute)
+	histA, histB := newHistory(), newHistory()
+	a := func(ttl time.Duration) func() (*etcdlock.Lock, error) {
+		return func() (*etcdlock.Lock, error) { return lk.Acquire(ctx, t.Name()+"/a", ttl) }
+	}
+	before := histA.mustAcquire(t, 0, a(10*time.Second))
+	if ok, err := histA.finish(before); !ok || err != nil {
+		t.Fatalf("before the restart: write %t, Release %v", ok, err)
+	}
+	held := histB.mustAcquire(t, 0, func() (*etcdlock.Lock, error) { return lk.Acquire(ctx, t.Name()+"/b", 5*time.Minute) })
 	if err := c.KillAll(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.StartAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after := mustAcquire(t, lk, t.Name()+"/a", 10*time.Second)
+	after := histA.mustAcquire(t, 1, a(10*time.Second))
 	if after.Token() <= before.Token() || after.Token() <= held.Token() {
 		t.Fatalf("token %d after the restart, not above %d and %d before it", after.Token(), before.Token(), held.Token())
 	}
-	released(t, after)
-	if _, err := lk.TryAcquire(ctx, t.Name()+"/b", 10*time.Second); !errors.Is(err, etcdlock.ErrNotAcquired) {
+	if ok, err := histA.finish(after); !ok || err != nil {
+		t.Fatalf("after the restart: write %t, Release %v", ok, err)
+	}
+	if _, err := histB.acquire(1, func() (*etcdlock.Lock, error) { return lk.TryAcquire(ctx, t.Name()+"/b", 10*time.Second) }); !errors.Is(err, etcdlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a lock held across the restart: %v, want ErrNotAcquired", err)
 	}
-	if err := held.Release(ctx); err != nil || held.Err() != nil {
-		t.Fatalf("Release of the lock held across the restart: %v (Err %v)", err, held.Err())
+	if ok, err := histB.finish(held); !ok || err != nil || held.Err() != nil {
+		t.Fatalf("the lock held across the restart: write %t, Release %v (Err %v)", ok, err, held.Err())
 	}
+	histA.Check(t)
+	histB.Check(t)
 }
 
 // TestQuorumLostFailsTypedAndGrantsNothing: two of three members killed.
 // Acquire fails with ErrTimeout at its bound, TryAcquire with the
-// cluster's error, never ErrNotAcquired; a lock
-// held meanwhile is lost (Lost fires); once the members are back, the
-// lock's next holder has a greater token, and the old holder's Release is
-// not held.
+// cluster's error, never ErrNotAcquired; a lock held meanwhile is lost
+// (Lost fires); once the members are back, the lock's next holder has a
+// greater token, the old holder's write is fenced out and its Release is
+// not held; the history is linearizable.
 func TestQuorumLostFailsTypedAndGrantsNothing(t *testing.T) {
 	ctx := context.Background()
 	c := etcdtest.New(t, 3)
 	lk := etcdlock.New(c.Client(t), etcdlock.WithTimeout(2*time.Second))
-	old := mustAcquire(t, lk, t.Name(), 3*time.Second)
+	hist := newHistory()
+	old := hist.mustAcquire(t, 0, func() (*etcdlock.Lock, error) { return lk.Acquire(ctx, t.Name(), 3*time.Second) })
 	for _, m := range c.Members[1:] {
 		if err := m.Kill(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Acquire waits out the missing leader until its bound.
-	l, err := lk.Acquire(ctx, t.Name()+"/other", 3*time.Second)
-	if l != nil || !errors.Is(err, sqlock.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire without a quorum: %v, %v; want ErrTimeout", l, err)
+	_, err := hist.acquire(1, func() (*etcdlock.Lock, error) { return lk.Acquire(ctx, t.Name(), 3*time.Second) })
+	if !errors.Is(err, sqlock.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire without a quorum: %v; want ErrTimeout", err)
 	}
 	// TryAcquire reports the cluster's refusal (no leader) or its silence
 	// (ErrTimeout): never ErrNotAcquired, which would claim a holder.
 	var e *etcdlock.Error
-	l, err = lk.TryAcquire(ctx, t.Name()+"/other", 3*time.Second)
-	if l != nil || !errors.As(err, &e) || errors.Is(err, sqlock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire without a quorum: %v, %v; want the cluster's error", l, err)
+	_, err = hist.acquire(1, func() (*etcdlock.Lock, error) { return lk.TryAcquire(ctx, t.Name(), 3*time.Second) })
+	if !errors.As(err, &e) || errors.Is(err, sqlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire without a quorum: %v; want the cluster's error", err)
 	}
 	t.Logf("TryAcquire without a quorum: %v", err)
-	<-old.Lost()
+	await(t, old.Lost(), "the holder's Lost firing without a quorum")
 	if err := c.StartAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lk2 := etcdlock.New(c.Client(t), etcdlock.WithTimeout(time.Minute))
-	next := mustAcquire(t, lk2, t.Name(), 3*time.Second)
+	next := hist.mustAcquire(t, 1, func() (*etcdlock.Lock, error) { return lk2.Acquire(ctx, t.Name(), 3*time.Second) })
 	if next.Token() <= old.Token() {
 		t.Fatalf("token %d after the outage, not above %d", next.Token(), old.Token())
 	}
-	if err := old.Release(ctx); !errors.Is(err, etcdlock.ErrNotHeld) {
-		t.Fatalf("old holder's Release: %v, want ErrNotHeld", err)
-	}
-	released(t, next)
+	takeover(t, hist, old, next, func() {})
 }
 
 // child starts the test binary as a worker with the given role, on c.
@@ -273,7 +401,9 @@ func child(c *etcdtest.Cluster, role string, env ...string) *exec.Cmd {
 // expired the paused holder's lease — with a greater token, and writes
 // the register fenced. After SIGCONT the child's Lost has fired before it
 // tries to write, its fenced write (with its lock's Context) is refused
-// with versioned.ErrFenced, and its Release is not held.
+// with versioned.ErrFenced, and its Release is not held. The history of
+// both (the child's operations recorded by the parent, from what the
+// child reported) is linearizable.
 func TestPausedHolderIsFencedOut(t *testing.T) {
 	ctx := context.Background()
 	c := etcdtest.New(t, 3)
@@ -296,41 +426,84 @@ func TestPausedHolderIsFencedOut(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	}()
-	out := bufio.NewScanner(stdout)
-	var oldToken int64
-	for out.Scan() {
-		if _, err := fmt.Sscanf(out.Text(), "ACQUIRED %d", &oldToken); err == nil {
-			break
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		for out := bufio.NewScanner(stdout); out.Scan(); {
+			lines <- out.Text()
 		}
-		t.Log("child:", out.Text())
+	}()
+	// line returns the child's next line that begins with prefix, logging
+	// the others, or fails the test if the child never says it.
+	line := func(prefix string) string {
+		ctx := testContext(t)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the child ended before saying %q", prefix)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+				t.Log("child:", l)
+			case <-ctx.Done():
+				t.Fatalf("the child never said %q", prefix)
+			}
+		}
 	}
-	if oldToken == 0 {
-		t.Fatal("the child did not acquire")
-	}
+	hist := newHistory()
+	var oldToken int64
+	hist.Acquire(0, func() (sqlock.Lock, error) {
+		if _, err := fmt.Sscanf(line("ACQUIRED "), "ACQUIRED %d", &oldToken); err != nil {
+			t.Fatalf("the child's ACQUIRED line: %v", err)
+		}
+		return childLock{token: oldToken}, nil
+	})
+	// The child's loss, write and release happen between now (the loss)
+	// or its SIGCONT (the rest) and its RESULT line.
+	var result string
+	reported := make(chan struct{})
+	var childOps sync.WaitGroup
+	childOps.Go(func() {
+		hist.Lose(0, func() bool { <-reported; return strings.Contains(result, "lost=true") })
+	})
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	next := mustAcquire(t, etcdlock.New(c.Client(t), etcdlock.WithTimeout(time.Minute)), t.Name(), 10*time.Second)
+	nextLocker := etcdlock.New(c.Client(t), etcdlock.WithTimeout(time.Minute))
+	next := hist.mustAcquire(t, 1, func() (*etcdlock.Lock, error) { return nextLocker.Acquire(ctx, t.Name(), 10*time.Second) })
 	if next.Token() <= oldToken {
 		t.Fatalf("new holder's token %d, not above the paused holder's %d", next.Token(), oldToken)
 	}
 	wctx, cancel := next.Context(ctx)
-	if err := fencedWrite(wctx, db.SQL(), "new holder"); err != nil {
-		t.Fatalf("new holder's fenced write: %v", err)
-	}
+	hist.Write(1, next.Token(), 1, func() bool {
+		if err := fencedWrite(wctx, db.SQL(), "new holder"); err != nil {
+			t.Errorf("new holder's fenced write: %v", err)
+			return false
+		}
+		return true
+	})
 	cancel()
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	childOps.Go(func() {
+		hist.Write(0, oldToken, 2, func() bool { <-reported; return strings.Contains(result, "write=nil") })
+	})
+	childOps.Go(func() {
+		hist.Release(0, oldToken, func() error {
+			<-reported
+			if strings.Contains(result, "release=true") {
+				return etcdlock.ErrNotHeld
+			}
+			return nil
+		})
+	})
 	fmt.Fprintln(stdin)
-	var result string
-	for out.Scan() {
-		if strings.HasPrefix(out.Text(), "RESULT ") {
-			result = out.Text()
-			break
-		}
-		t.Log("child:", out.Text())
-	}
+	result = line("RESULT ")
+	close(reported)
+	awaitGroup(t, &childOps, "the child's operations recorded")
 	if want := "RESULT lost=true write=ErrFenced release=true"; result != want {
 		t.Fatalf("paused holder: %q, want %q", result, want)
 	}
@@ -342,5 +515,8 @@ func TestPausedHolderIsFencedOut(t *testing.T) {
 	if value != "new holder" || fence != next.Token() {
 		t.Fatalf("register = %q fenced at %d, want the new holder's write at %d", value, fence, next.Token())
 	}
-	released(t, next)
+	if err := hist.release(next); err != nil {
+		t.Fatalf("new holder's Release: %v", err)
+	}
+	hist.Check(t)
 }
