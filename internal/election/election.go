@@ -49,6 +49,16 @@ func Campaign[L any](ctx context.Context, acquire func(context.Context) (L, erro
 	}
 }
 
+// Ended is the sentinel of a campaign whose announcement failed after
+// its lock was granted: timeout (the backend's ErrTimeout) if ctx's
+// deadline had passed, as it is for a wait that runs out, nil otherwise.
+func Ended(ctx context.Context, timeout error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return timeout
+	}
+	return nil
+}
+
 // Observe returns the channel of an Observe: read gives the current leader
 // (sqlock.ErrNoLeader, matched through errors.Is: nobody leads), next
 // returns when it may have changed (or ctx's error once ctx ended). The

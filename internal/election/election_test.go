@@ -192,3 +192,22 @@ func TestAdaptNeverReturnsATypedNil(t *testing.T) {
 		t.Fatalf("Campaign = %v, %v", l, err)
 	}
 }
+
+// TestEnded: an announcement that failed because the campaign's deadline
+// passed is a timeout, as a wait that ran out is; a cancellation or
+// another failure is not.
+func TestEnded(t *testing.T) {
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if got := election.Ended(past, errTimeout); got != errTimeout {
+		t.Fatalf("Ended after the deadline = %v, want the timeout", got)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := election.Ended(cancelled, errTimeout); got != nil {
+		t.Fatalf("Ended after a cancellation = %v, want nil", got)
+	}
+	if got := election.Ended(context.Background(), errTimeout); got != nil {
+		t.Fatalf("Ended of a live context = %v, want nil", got)
+	}
+}
