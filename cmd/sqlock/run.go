@@ -70,7 +70,8 @@ COMMAND's environment has SQLOCK_NAME, SQLOCK_BACKEND and, for lease and
 redis, SQLOCK_TOKEN: the fencing token, larger than every earlier holder's.
 
 COMMAND runs in a process group of its own. Signals sent to sqlock run
-(INT, TERM, HUP, QUIT, USR1, USR2, WINCH) are passed on to that group. When
+(INT, TERM, HUP, QUIT, USR1, USR2, WINCH) are passed on to that group, but
+one sqlock run was started with ignored (nohup's HUP) stays ignored. When
 the lock is lost, the group gets SIGTERM, then SIGKILL after --grace.
 
 Exit codes:
@@ -177,7 +178,7 @@ func runUnderLock(ctx context.Context, args []string, e env) int {
 	// Signals are caught from the start: while waiting for the lock one
 	// ends the wait; once the command runs each is passed on to it.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, caught...)
 	defer signal.Stop(sigs)
 
 	// The lock outlives ctx, which main cancels on the first SIGINT: that
@@ -231,6 +232,20 @@ func runUnderLock(ctx context.Context, args []string, e env) int {
 	}
 	return code
 }
+
+// caught are the forwarded signals this process was not started with
+// ignored, read before main catches any. One that was ignored — nohup's
+// SIGHUP — stays ignored, here and in the command, which inherits that:
+// catching it would pass the hangup nohup keeps away on to the command.
+var caught = func() []os.Signal {
+	var c []os.Signal
+	for _, s := range forwarded {
+		if !signal.Ignored(s) {
+			c = append(c, s)
+		}
+	}
+	return c
+}()
 
 // startFailure is the exit code of a command that could not be started,
 // as the shell reports it.

@@ -435,6 +435,37 @@ func TestRunForwardsSignalsToTheCommand(t *testing.T) {
 	}
 }
 
+// TestRunUnderNohupKeepsSIGHUPIgnored: started with SIGHUP ignored (as
+// nohup starts it), sqlock run neither dies of a hangup nor passes it on;
+// the command keeps running until a signal that is passed on ends it.
+func TestRunUnderNohupKeepsSIGHUPIgnored(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	tg := newTarget(t, "lease")
+	dir := t.TempDir()
+	script := `trap 'exit 9' USR1; echo ready > ready; while :; do sleep 0.02; done`
+	args := append(append([]string{"--name", "nohup"}, tg.flags...), "--", "sh", "-c", script)
+	p := &proc{done: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, "sh", append([]string{"-c", `trap '' HUP; exec "$0" run "$@"`, sqlockBinary(t)}, args...)...)
+	p.cmd.Dir = dir
+	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	waitFile(ctx, t, filepath.Join(dir, "ready"), "the command's start")
+	p.cmd.Process.Signal(syscall.SIGHUP) // the kernel delivers it before USR1, a higher number
+	p.cmd.Process.Signal(syscall.SIGUSR1)
+	if code := p.wait(ctx, t); code != 9 {
+		t.Fatalf("exit %d, want 9: the hangup was not ignored", code)
+	}
+}
+
 // TestRunSignalWhileWaitingRunsNothing: a signal that arrives while sqlock
 // run waits for the lock ends the wait: exit 128+N, the command never run.
 func TestRunSignalWhileWaitingRunsNothing(t *testing.T) {
