@@ -118,7 +118,7 @@ func (c *Candidate) Campaign(ctx context.Context) (*Leadership, error) {
 			return nil, &Error{Op: "campaign", Name: c.name, Err: ErrLost,
 				Cause: errors.New("the lease was lost before the leader could announce itself")}
 		}
-		return nil, &Error{Op: "campaign", Name: c.name, Cause: err}
+		return nil, &Error{Op: "campaign", Name: c.name, Err: election.Ended(ctx, ErrTimeout), Cause: err}
 	}
 	return &Leadership{Lease: l, identity: c.identity}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/lease"
 )
 
@@ -149,5 +150,39 @@ func TestElectionObserveSeesAnExpiry(t *testing.T) {
 	expect(sqlock.Leader{})
 	lb := must[*lease.Leadership](t)(m.Candidate(t.Name(), "host-b", roomyTTL).Campaign(ctx))
 	expect(sqlock.Leader{Identity: "host-b", Term: lb.Token()})
+	must[struct{}](t)(struct{}{}, lb.Resign(ctx))
+}
+
+// TestElectionThroughPgBouncer: behind PgBouncer in transaction mode
+// (where waiters poll), a campaign waits for the leader's resignation and
+// wins with a greater term, each statement of the election being one
+// statement and one round trip.
+func TestElectionThroughPgBouncer(t *testing.T) {
+	ctx := t.Context()
+	db := newDB(t)
+	if err := lease.MigrateElections(ctx, db.Pool()); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.StartPgBouncer(t, db, "transaction") + "&default_query_exec_mode=exec"
+	m := lease.New(openPool(t, dsn))
+	la := must[*lease.Leadership](t)(m.Candidate(t.Name(), "host-a", roomyTTL).Campaign(ctx))
+	b := m.Candidate(t.Name(), "host-b", roomyTTL)
+	won := make(chan error, 1)
+	var lb *lease.Leadership
+	go func() {
+		var err error
+		lb, err = b.Campaign(ctx)
+		won <- err
+	}()
+	if id, term, err := b.Leader(ctx); err != nil || id != "host-a" || term != la.Token() {
+		t.Fatalf("Leader through PgBouncer: %q, %d, %v; want host-a, %d", id, term, err, la.Token())
+	}
+	must[struct{}](t)(struct{}{}, la.Resign(ctx))
+	if err := <-won; err != nil {
+		t.Fatalf("the waiting campaign never won through PgBouncer: %v", err)
+	}
+	if id, term, err := b.Leader(ctx); err != nil || id != "host-b" || term <= la.Token() {
+		t.Fatalf("Leader after the resignation: %q, %d, %v; want host-b above %d", id, term, err, la.Token())
+	}
 	must[struct{}](t)(struct{}{}, lb.Resign(ctx))
 }
