@@ -121,7 +121,7 @@ func (c *Candidate) Campaign(ctx context.Context) (*Leadership, error) {
 	switch {
 	case err != nil:
 		l.Release(ctx)
-		return nil, &Error{Op: "campaign", Name: c.name, Cause: err}
+		return nil, &Error{Op: "campaign", Name: c.name, Err: election.Ended(ctx, ErrTimeout), Cause: err}
 	case !resp.Succeeded:
 		l.Release(ctx)
 		return nil, &Error{Op: "campaign", Name: c.name, Err: ErrLost,
