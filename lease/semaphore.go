@@ -156,7 +156,9 @@ SELECT 1 FROM r, pg_notify(%[2]s, %[4]s || r.name)`, tb, lit(t.channel()), now, 
 // learn of a release as a lease's do (LISTEN, or polling), and take the
 // first free slot: the semaphore's waiters are not queued, unlike a
 // lease's. n below 1, a bad name or a bad ttl is [ErrInvalid], refused by
-// every acquisition before anything is sent.
+// every acquisition before anything is sent. WithHolder and WithPayload
+// are not stored for slots, and a Slot has no Guard: fence the writes it
+// protects by its token ([Slot.Context]).
 func (m *Manager) Semaphore(n int, ttl time.Duration) sqlock.SemaphoreAcquirer {
 	s := &semaphore{m: m, n: n, ttl: ttl}
 	if m != nil && m.base.Err() == nil {
