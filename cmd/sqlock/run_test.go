@@ -109,8 +109,15 @@ func start(ctx context.Context, t *testing.T, dir string, args ...string) *proc 
 // startEnv is start with variables added to the environment.
 func startEnv(ctx context.Context, t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
+	return startVia(ctx, t, dir, env, append([]string{sqlockBinary(t), "run"}, args...)...)
+}
+
+// startVia starts argv, which runs sqlock run (itself, or through a
+// shell that prepares its start).
+func startVia(ctx context.Context, t *testing.T, dir string, env []string, argv ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.CommandContext(ctx, sqlockBinary(t), append([]string{"run"}, args...)...)
+	p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	p.cmd.Dir = dir
 	// A -race binary sleeps a second at exit unless told not to.
 	p.cmd.Env = append(append(os.Environ(), "DATABASE_URL=", "REDIS_URL=", "GORACE=atexit_sleep_ms=0"), env...)
@@ -132,9 +139,9 @@ func (p *proc) wait(ctx context.Context, t *testing.T) int {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		t.Fatalf("sqlock run %v never exited: %v\nstderr: %s", p.cmd.Args[2:], ctx.Err(), p.stderr.String())
+		t.Fatalf("%v never exited: %v\nstderr: %s", p.cmd.Args[1:], ctx.Err(), p.stderr.String())
 	}
-	t.Logf("sqlock run %s → exit %d\n%s%s", strings.Join(p.cmd.Args[2:], " "), p.code, p.stdout.String(), p.stderr.String())
+	t.Logf("%s → exit %d\n%s%s", strings.Join(p.cmd.Args[1:], " "), p.code, p.stdout.String(), p.stderr.String())
 	return p.code
 }
 
@@ -445,19 +452,7 @@ func TestRunUnderNohupKeepsSIGHUPIgnored(t *testing.T) {
 	dir := t.TempDir()
 	script := `trap 'exit 9' USR1; echo ready > ready; while :; do sleep 0.02; done`
 	args := append(append([]string{"--name", "nohup"}, tg.flags...), "--", "sh", "-c", script)
-	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.CommandContext(ctx, "sh", append([]string{"-c", `trap '' HUP; exec "$0" run "$@"`, sqlockBinary(t)}, args...)...)
-	p.cmd.Dir = dir
-	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
+	p := startVia(ctx, t, dir, nil, append([]string{"sh", "-c", `trap '' HUP; exec "$0" run "$@"`, sqlockBinary(t)}, args...)...)
 	waitFile(ctx, t, filepath.Join(dir, "ready"), "the command's start")
 	p.cmd.Process.Signal(syscall.SIGHUP) // the kernel delivers it before USR1, a higher number
 	p.cmd.Process.Signal(syscall.SIGUSR1)
