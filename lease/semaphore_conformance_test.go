@@ -20,8 +20,24 @@ import (
 // semaphores; the witness is the semaphores' own database. The backend's
 // fault expires the slot on the server, its holder unaware.
 func TestSemaphoreConformanceLease(t *testing.T) {
-	locktest.RunSemaphore(t, locktest.SemaphoreBackend{
-		Name:     "lease",
+	locktest.RunSemaphore(t, leaseSemaphores("lease", func(_ *testing.T, db *pgtest.DB) string { return db.DSN }))
+}
+
+// TestSemaphoreConformanceLeasePgBouncer runs it through PgBouncer in
+// transaction mode, where waiters poll instead of listening.
+func TestSemaphoreConformanceLeasePgBouncer(t *testing.T) {
+	locktest.RunSemaphore(t, leaseSemaphores("lease-pgbouncer", func(t *testing.T, db *pgtest.DB) string {
+		return pgtest.StartPgBouncer(t, db, "transaction") + "&default_query_exec_mode=exec"
+	}))
+}
+
+// leaseSemaphores declares lease's semaphores to the suite; dsn reaches
+// the database that Start makes, and the witness is that database,
+// reached directly.
+func leaseSemaphores(name string, dsn func(t *testing.T, db *pgtest.DB) string) locktest.SemaphoreBackend {
+	var direct string
+	return locktest.SemaphoreBackend{
+		Name:     name,
 		MinTTL:   lease.MinTTL,
 		NotHeld:  lease.ErrNotHeld,
 		BadNames: []string{strings.Repeat("n", 256), "\xff\xfe", "a\x00b"},
@@ -30,9 +46,10 @@ func TestSemaphoreConformanceLease(t *testing.T) {
 			if err := lease.MigrateSemaphores(context.Background(), db.Pool()); err != nil {
 				t.Fatal(err)
 			}
-			return db.DSN
+			direct = db.DSN
+			return dsn(t, db)
 		},
-		Witness: func(_ *testing.T, dsn string) string { return dsn },
+		Witness: func(*testing.T, string) string { return direct },
 		Open: func(t testing.TB, dsn string) locktest.SemaphoreHarness {
 			cfg, err := pgxpool.ParseConfig(dsn)
 			if err != nil {
@@ -61,5 +78,5 @@ func TestSemaphoreConformanceLease(t *testing.T) {
 				},
 			}
 		},
-	})
+	}
 }
