@@ -19,11 +19,12 @@ import (
 	"github.com/sqlock/sqlock/lease"
 )
 
-// liveTickets are the live tickets queued for name, in order.
+// liveTickets are the live tickets queued for name, in order (not the
+// tombstones of waiters that left: negative tickets).
 func liveTickets(t testing.TB, conn *pgx.Conn, name string) []int64 {
 	t.Helper()
 	rows, err := conn.Query(context.Background(), `SELECT ticket FROM sqlock_leases_waiters
-		WHERE name = $1 AND expires_at > clock_timestamp() ORDER BY ticket`, name)
+		WHERE name = $1 AND ticket > 0 AND expires_at > clock_timestamp() ORDER BY ticket`, name)
 	if err != nil {
 		t.Fatal(err)
 	}
