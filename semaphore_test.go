@@ -2,6 +2,7 @@ package sqlock_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -31,8 +32,9 @@ func TestSemaphoreSizeErrorsMatchTheRoot(t *testing.T) {
 	if !errors.Is(lease.ErrSemaphoreSize, sqlock.ErrSemaphoreSize) {
 		t.Error("lease.ErrSemaphoreSize does not match sqlock.ErrSemaphoreSize")
 	}
+	refused := fmt.Errorf("acquire: %w", lease.ErrSemaphoreSize)
 	for _, other := range []error{sqlock.ErrNotAcquired, sqlock.ErrTimeout, sqlock.ErrInvalidArgument} {
-		if errors.Is(lease.ErrSemaphoreSize, other) {
+		if errors.Is(refused, other) {
 			t.Errorf("lease.ErrSemaphoreSize matches %v", other)
 		}
 	}
