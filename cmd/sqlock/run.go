@@ -107,7 +107,7 @@ func parseRun(args []string, e env) (runOptions, bool, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, true, nil
 		}
-		return o, false, usageError{"run: " + err.Error()}
+		return o, false, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -120,37 +120,37 @@ func parseRun(args []string, e env) (runOptions, bool, error) {
 	}
 	switch {
 	case o.name == "":
-		return o, false, usageError{"run: --name is required"}
+		return o, false, errors.New("--name is required")
 	case len(o.command) == 0:
-		return o, false, usageError{"run: no command: sqlock run --name NAME -- COMMAND [ARG]..."}
+		return o, false, errors.New("no command: give it after --name NAME --")
 	case o.wait < 0:
-		return o, false, usageError{"run: --wait must not be negative (0 tries once)"}
+		return o, false, errors.New("--wait must not be negative (0 tries once)")
 	case o.grace < 0:
-		return o, false, usageError{"run: --grace must not be negative"}
+		return o, false, errors.New("--grace must not be negative")
 	case o.ttl <= 0:
-		return o, false, usageError{"run: --ttl must be positive"}
+		return o, false, errors.New("--ttl must be positive")
 	}
 	switch o.backend {
 	case "lease":
 		if set["redis"] {
-			return o, false, usageError{"run: --redis is for --backend redis"}
+			return o, false, errors.New("--redis is for --backend redis")
 		}
 	case "advisory":
 		if set["ttl"] {
-			return o, false, usageError{"run: --ttl does not apply to --backend advisory: an advisory lock lasts as long as its connection"}
+			return o, false, errors.New("--ttl does not apply to --backend advisory: an advisory lock lasts as long as its connection")
 		}
 		if set["table"] || set["redis"] {
-			return o, false, usageError{"run: --table and --redis do not apply to --backend advisory"}
+			return o, false, errors.New("--table and --redis do not apply to --backend advisory")
 		}
 	case "redis":
 		if set["dsn"] || set["table"] {
-			return o, false, usageError{"run: --dsn and --table do not apply to --backend redis"}
+			return o, false, errors.New("--dsn and --table do not apply to --backend redis")
 		}
 		if o.redis == "" {
-			return o, false, usageError{"run: no Redis: give --redis or set REDIS_URL"}
+			return o, false, errors.New("no Redis: give --redis or set REDIS_URL")
 		}
 	default:
-		return o, false, usageError{fmt.Sprintf("run: unknown --backend %q (lease, advisory or redis)", o.backend)}
+		return o, false, fmt.Errorf("unknown --backend %q (lease, advisory or redis)", o.backend)
 	}
 	return o, false, nil
 }
@@ -165,7 +165,7 @@ func runUnderLock(ctx context.Context, args []string, e env) int {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintln(e.stderr, "sqlock:", err)
+		fmt.Fprintf(e.stderr, "sqlock run: %v (sqlock run --help)\n", err)
 		return exitRunFailed
 	}
 	// Found before the lock is taken: a typo costs no one a wait.
