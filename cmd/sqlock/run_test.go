@@ -122,6 +122,7 @@ func startVia(ctx context.Context, t *testing.T, dir string, env []string, argv 
 	// A -race binary sleeps a second at exit unless told not to.
 	p.cmd.Env = append(append(os.Environ(), "DATABASE_URL=", "REDIS_URL=", "GORACE=atexit_sleep_ms=0"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.WaitDelay = 5 * time.Second // a command still holding the output pipes is not waited for
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +140,7 @@ func (p *proc) wait(ctx context.Context, t *testing.T) int {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
+		<-p.done // killed by CommandContext; its output is then complete
 		t.Fatalf("%v never exited: %v\nstderr: %s", p.cmd.Args[1:], ctx.Err(), p.stderr.String())
 	}
 	t.Logf("%s → exit %d\n%s%s", strings.Join(p.cmd.Args[1:], " "), p.code, p.stdout.String(), p.stderr.String())
@@ -182,7 +184,9 @@ func readFile(t *testing.T, path string) string {
 }
 
 // holdScript holds the lock until the file stop appears, after saying ready.
-const holdScript = `echo "$SQLOCK_TOKEN" > ready; while [ ! -e stop ]; do sleep 0.02; done`
+// It and the other commands that wait end by themselves when their parent,
+// sqlock run, is gone: a failed test leaves no command running.
+const holdScript = `echo "$SQLOCK_TOKEN" > ready; while [ ! -e stop ] && kill -0 $PPID 2>/dev/null; do sleep 0.02; done`
 
 // TestRunNeverOverlapsOnOneName: on each backend, 3 "hosts" each run
 // `sqlock run` twice, at once, on one name; every command appends a start
@@ -325,8 +329,8 @@ func TestRunPassesTheCommandsExitCodeAndEnvironment(t *testing.T) {
 // sends the command SIGTERM (its trap writes "term") and exits 122. A
 // command that ignores SIGTERM is killed after --grace.
 func TestRunLostLockStopsTheCommand(t *testing.T) {
-	const trapped = `trap 'echo term >> out; exit 0' TERM; echo ready > ready; while :; do sleep 0.02; done`
-	const deaf = `trap '' TERM; echo ready > ready; while :; do sleep 0.02; done`
+	const trapped = `trap 'echo term >> out; exit 0' TERM; echo ready > ready; while kill -0 $PPID 2>/dev/null; do sleep 0.02; done`
+	const deaf = `trap '' TERM; echo ready > ready; while kill -0 $PPID 2>/dev/null; do sleep 0.02; done`
 	for _, c := range []struct{ backend, script string }{
 		{"lease", trapped}, {"advisory", trapped}, {"redis", trapped}, {"lease", deaf},
 	} {
@@ -426,7 +430,7 @@ func TestRunForwardsSignalsToTheCommand(t *testing.T) {
 	for i, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1} {
 		dir := t.TempDir()
 		name := sig.String()
-		script := fmt.Sprintf(`trap 'echo %[1]d >> out; exit %[2]d' %[1]d; echo ready > ready; while :; do sleep 0.02; done`, int(sig), 10+i)
+		script := fmt.Sprintf(`trap 'echo %[1]d >> out; exit %[2]d' %[1]d; echo ready > ready; while kill -0 $PPID 2>/dev/null; do sleep 0.02; done`, int(sig), 10+i)
 		flags := append([]string{"--name", "signals", "--wait", "0"}, tg.flags...)
 		p := start(ctx, t, dir, append(flags, "--", "sh", "-c", script)...)
 		waitFile(ctx, t, filepath.Join(dir, "ready"), "the command's start")
@@ -450,7 +454,7 @@ func TestRunUnderNohupKeepsSIGHUPIgnored(t *testing.T) {
 	ctx := testCtx(t)
 	tg := newTarget(t, "lease")
 	dir := t.TempDir()
-	script := `trap 'exit 9' USR1; echo ready > ready; while :; do sleep 0.02; done`
+	script := `trap 'exit 9' USR1; echo ready > ready; while kill -0 $PPID 2>/dev/null; do sleep 0.02; done`
 	args := append(append([]string{"--name", "nohup"}, tg.flags...), "--", "sh", "-c", script)
 	p := startVia(ctx, t, dir, nil, append([]string{"sh", "-c", `trap '' HUP; exec "$0" run "$@"`, sqlockBinary(t)}, args...)...)
 	waitFile(ctx, t, filepath.Join(dir, "ready"), "the command's start")
