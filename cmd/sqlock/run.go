@@ -61,6 +61,8 @@ one COMMAND per name runs at a time, on any host that shares the database
   --wait 10s         how long to wait for the lock; 0 tries once (flock -n)
   --grace 10s        after a loss, how long COMMAND has between SIGTERM and
                      SIGKILL
+  --holder LABEL     lease and redis: who holds the lock, as sqlock leases
+                     shows it (default "HOST pid PID: COMMAND")
   --dsn DSN          lease and advisory: the database (default $DATABASE_URL)
   --table T          lease: the lease table (default sqlock_leases), made if
                      missing
@@ -87,6 +89,7 @@ Exit codes:
 // runOptions are sqlock run's flags.
 type runOptions struct {
 	name, backend, dsn, table, redis string
+	holder                           string
 	ttl, wait, grace                 time.Duration
 	command                          []string
 }
@@ -103,6 +106,7 @@ func parseRun(args []string, e env) (runOptions, bool, error) {
 	fs.StringVar(&o.dsn, "dsn", "", "")
 	fs.StringVar(&o.table, "table", lease.DefaultTable, "")
 	fs.StringVar(&o.redis, "redis", "", "")
+	fs.StringVar(&o.holder, "holder", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, true, nil
@@ -139,8 +143,8 @@ func parseRun(args []string, e env) (runOptions, bool, error) {
 		if set["ttl"] {
 			return o, false, errors.New("--ttl does not apply to --backend advisory: an advisory lock lasts as long as its connection")
 		}
-		if set["table"] || set["redis"] {
-			return o, false, errors.New("--table and --redis do not apply to --backend advisory")
+		if set["table"] || set["redis"] || set["holder"] {
+			return o, false, errors.New("--table, --redis and --holder do not apply to --backend advisory")
 		}
 	case "redis":
 		if set["dsn"] || set["table"] {
@@ -152,7 +156,21 @@ func parseRun(args []string, e env) (runOptions, bool, error) {
 	default:
 		return o, false, fmt.Errorf("unknown --backend %q (lease, advisory or redis)", o.backend)
 	}
+	if !set["holder"] {
+		o.holder = defaultHolder(o.command)
+	}
 	return o, false, nil
+}
+
+// defaultHolder labels a lock with where it is held and for what, cut to
+// what a label may hold.
+func defaultHolder(command []string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	label := fmt.Sprintf("%s pid %d: %s", host, os.Getpid(), strings.Join(command, " "))
+	return strings.ToValidUTF8(label[:min(len(label), lease.MaxHolderLen)], "") // a rune cut in two is dropped
 }
 
 // runUnderLock is sqlock run. It returns the exit code itself: the command's own
@@ -373,7 +391,7 @@ func openBackend(ctx context.Context, o runOptions, e env) (*runBackend, error) 
 			db.Close()
 			return nil, err
 		}
-		opts := []lease.Option{lease.WithTable(o.table)}
+		opts := []lease.Option{lease.WithTable(o.table), lease.WithHolder(o.holder)}
 		if o.wait > 0 {
 			opts = append(opts, lease.WithTimeout(o.wait))
 		}
@@ -422,7 +440,7 @@ func openRedis(ctx context.Context, o runOptions) (*runBackend, error) {
 		client.Close()
 		return nil, connectError{"redis " + opts.Addr, err}
 	}
-	var lopts []redislock.Option
+	lopts := []redislock.Option{redislock.WithHolder(o.holder)}
 	if o.wait > 0 {
 		lopts = append(lopts, redislock.WithTimeout(o.wait))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/internal/testing/redistest"
 	"github.com/sqlock/sqlock/internal/testing/serverproc"
+	"github.com/sqlock/sqlock/redislock"
 )
 
 // The sqlock binary the run tests drive, built once (with -race when the
@@ -260,6 +261,10 @@ func TestRunNotAcquiredExits121(t *testing.T) {
 			flags := append([]string{"--name", "nightly"}, tg.flags...)
 			holder := start(ctx, t, dir, append(flags, "--", "sh", "-c", holdScript)...)
 			waitFile(ctx, t, filepath.Join(dir, "ready"), "the holder's command")
+			if label := holderLabel(ctx, t, tg, "nightly"); backend != "advisory" &&
+				!strings.Contains(label, fmt.Sprintf(" pid %d: sh -c ", holder.cmd.Process.Pid)) {
+				t.Errorf("holder label %q: not the host, pid and command of the holder", label)
+			}
 			for _, wait := range []string{"0", "100ms"} {
 				code, p := sqlockRun(ctx, t, dir, append(flags, "--wait", wait, "--", "touch", "ran")...)
 				if code != exitRunNotAcquired {
@@ -385,6 +390,54 @@ func TestRunLockGoneAtReleaseExits122(t *testing.T) {
 			}
 			if !strings.Contains(p.stderr.String(), "no longer held at release") {
 				t.Errorf("stderr does not say the lock was gone: %q", p.stderr.String())
+			}
+		})
+	}
+}
+
+// holderLabel is the label stored with the lock called name ("" for
+// advisory, which stores none).
+func holderLabel(ctx context.Context, t *testing.T, tg target, name string) string {
+	t.Helper()
+	switch tg.backend {
+	case "lease":
+		var label string
+		if err := tg.db.SQL().QueryRowContext(ctx, "SELECT holder FROM sqlock_leases WHERE name = $1", name).Scan(&label); err != nil {
+			t.Fatal(err)
+		}
+		return label
+	case "redis":
+		h, held, err := redislock.New(tg.redis).Holder(ctx, name)
+		if err != nil || !held {
+			t.Fatalf("Holder(%q): %+v, held %t, %v", name, h, held, err)
+		}
+		return h.Label
+	}
+	return ""
+}
+
+// TestRunHolderLabel: --holder labels the lease or Redis lock for
+// operators (sqlock leases shows it); a label the backend refuses is a
+// usage failure, 125, and advisory, which stores none, refuses the flag.
+func TestRunHolderLabel(t *testing.T) {
+	for _, backend := range []string{"lease", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			tg := newTarget(t, backend)
+			dir := t.TempDir()
+			flags := append([]string{"--name", "labelled"}, tg.flags...)
+			p := start(ctx, t, dir, append(flags, "--holder", "deploy job 42", "--", "sh", "-c", holdScript)...)
+			waitFile(ctx, t, filepath.Join(dir, "ready"), "the holder's command")
+			if label := holderLabel(ctx, t, tg, "labelled"); label != "deploy job 42" {
+				t.Errorf("holder label %q", label)
+			}
+			os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644)
+			if code := p.wait(ctx, t); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			if code, _ := sqlockRun(ctx, t, dir, append(flags, "--holder", strings.Repeat("x", 257), "--", "touch", "ran")...); code != exitRunFailed || exists(filepath.Join(dir, "ran")) {
+				t.Errorf("a 257-byte label: exit %d, ran %t; want %d, nothing run", code, exists(filepath.Join(dir, "ran")), exitRunFailed)
 			}
 		})
 	}
@@ -520,6 +573,7 @@ func TestRunUsageAndConnectionErrorsExit125(t *testing.T) {
 		{"--name", "x", "--dsn", db.DSN, "--ttl", "0s", "--", "touch", "ran"},
 		{"--name", "x", "--dsn", db.DSN, "--grace", "-1s", "--", "touch", "ran"},
 		{"--name", "x", "--dsn", db.DSN, "--backend", "advisory", "--ttl", "5s", "--", "touch", "ran"},
+		{"--name", "x", "--dsn", db.DSN, "--backend", "advisory", "--holder", "me", "--", "touch", "ran"},
 		{"--name", "x", "--dsn", db.DSN, "--table", "no-dashes", "--", "touch", "ran"},
 		{"--name", "x", "--backend", "redis", "--", "touch", "ran"}, // no Redis address
 		{"--name", "x", "--", "touch", "ran"},                       // no DSN
