@@ -19,10 +19,20 @@ import (
 // three-member cluster of its own. The target is the members' client
 // URLs, so that the suite's worker processes reach them. The backend's
 // fault revokes the lock's lease behind its holder's back, as its expiry
-// on the cluster would: the holder's next keepalive is refused.
+// on the cluster would: the holder's next keepalive is refused. It runs
+// with a lease per lock (the default) and with WithSharedLease.
 func TestConformance(t *testing.T) {
+	t.Run("lease-per-lock", func(t *testing.T) { conformance(t, "etcdlock", nil) })
+	t.Run("shared-lease", func(t *testing.T) {
+		conformance(t, "etcdlock-shared-lease", []etcdlock.Option{etcdlock.WithSharedLease()})
+	})
+}
+
+// conformance runs the suite on the backend called name (the suite's
+// worker processes run the sections of the backend of their name alone).
+func conformance(t *testing.T, name string, opts []etcdlock.Option) {
 	locktest.Run(t, locktest.Backend{
-		Name:     "etcdlock",
+		Name:     name,
 		Caps:     locktest.Caps{Fenced: true, TTL: true},
 		MinTTL:   etcdlock.MinTTL,
 		NotHeld:  etcdlock.ErrNotHeld,
@@ -42,7 +52,7 @@ func TestConformance(t *testing.T) {
 			}
 			cl := client(strings.Split(target, ",")...)
 			locker := func(cl *clientv3.Client, o locktest.Options) sqlock.Acquirer {
-				return etcdlock.New(cl, etcdlock.WithTimeout(o.Timeout), etcdlock.WithObserver(o.Observer)).Acquirer(o.TTL)
+				return etcdlock.New(cl, append(opts, etcdlock.WithTimeout(o.Timeout), etcdlock.WithObserver(o.Observer))...).Acquirer(o.TTL)
 			}
 			return locktest.Harness{
 				New: func(o locktest.Options) sqlock.Acquirer { return locker(cl, o) },

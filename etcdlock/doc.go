@@ -10,10 +10,13 @@
 // [sqlock.Acquirer]. A [*Lock] is a [sqlock.Fenced]:
 //
 //   - each lock has a lease of its own, granted for its TTL (whole seconds)
-//     and kept alive every TTL/3; [Lock.Lost] fires when the lease can no
-//     longer be trusted — the cluster refused a keepalive, or none was
-//     confirmed before [Lock.Deadline], which on the local monotonic clock
-//     comes before the cluster can expire the lease;
+//     and kept alive every TTL/3 ([WithSharedLease]: the Locker's locks of
+//     one TTL share one, as a concurrency.Session's mutexes do, for one
+//     round trip fewer per acquisition); [Lock.Lost] fires when the lease
+//     can no longer be trusted — the cluster refused a keepalive, or none
+//     was confirmed before [Lock.Deadline], which on the local monotonic
+//     clock comes before the cluster can expire the lease ([WithMaxHold]
+//     also caps the hold);
 //   - the lock is a key under the name, attached to the lease; waiters
 //     queue by their keys' create revisions, each watching only its
 //     predecessor, and one whose context ends leaves the line at once;

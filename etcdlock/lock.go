@@ -73,7 +73,10 @@ func (l *Lock) Name() string { return l.tl.Name() }
 
 // Key is the lock's key in etcd.
 func (l *Lock) Key() string {
-	if h, ok := l.tl.Held().(*held); ok {
+	switch h := l.tl.Held().(type) {
+	case *held:
+		return h.key
+	case *sharedHeld:
 		return h.key
 	}
 	return ""

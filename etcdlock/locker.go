@@ -36,6 +36,7 @@ type Locker struct {
 	base   ttllock.Base // the options, New's error, the held locks' timers
 	c      *clientv3.Client
 	prefix string
+	shared *leases // WithSharedLease: the leases its locks share; nil: a lease per lock
 }
 
 // New returns a Locker on client.
@@ -54,6 +55,9 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	}
 	lk.base.Init(&kit, cfg.Config, err)
 	lk.prefix = cfg.prefix
+	if cfg.sharedLease {
+		lk.shared = &leases{}
+	}
 	return lk
 }
 
@@ -123,40 +127,65 @@ func (s *store) Grant(ctx context.Context, name string, ttl time.Duration, wait 
 	ctx = clientv3.WithRequireLeader(ctx)
 	prefix := s.prefix + url.PathEscape(name) + "/"
 	secs := int64(math.Ceil(ttl.Seconds()))
-	sent := time.Now()
-	lease, key, rev, seen, pred, notAcquired, err := s.enqueue(ctx, prefix, secs, wait)
+	q, err := s.enqueue(ctx, prefix, secs, ttl, wait)
 	switch {
 	case err != nil && ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		return ttllock.Grant{}, err // the context's end itself, which the toolkit reports
 	case err != nil:
 		return ttllock.Grant{Remaining: -1, Refused: ttllock.Refuse(nil, err)}, nil
-	case notAcquired:
+	case q.notAcquired:
 		return ttllock.Grant{Remaining: -1}, nil
 	}
-	if pred != nil {
-		w := newWaiter(s.c, lease, ttl, sent)
-		if err := w.wait(ctx, prefix, key, rev, pred, seen); err != nil {
-			s.revoke(lease) // leave the line at once
+	sent := q.sent
+	if q.pred != nil {
+		w := newWaiter(s.c, q.lease, ttl, sent)
+		if err := w.wait(ctx, prefix, q.key, q.rev, q.pred, q.rev); err != nil {
+			s.giveBack(q.lease, q.key) // leave the line at once
 			return ttllock.Grant{}, err
 		}
 		sent = w.sent
 	}
-	return ttllock.Grant{Held: &held{c: s.c, key: key, lease: lease}, Token: rev, Sent: sent}, nil
+	if q.shared != nil {
+		return ttllock.Grant{Held: &sharedHeld{c: s.c, key: q.key, rev: q.rev, lease: q.shared}, Token: q.rev, Sent: sent}, nil
+	}
+	return ttllock.Grant{Held: &held{c: s.c, key: q.key, lease: q.lease}, Token: q.rev, Sent: sent}, nil
 }
 
-// enqueue grants a lease and writes the caller's key under prefix with
-// it. wait: the key joins the line, and pred is its predecessor (seen at
-// revision seen), nil if it holds the lock; otherwise the key is written
-// only if prefix has none (notAcquired if it had). rev is the key's create
-// revision. A lease that holds no key when enqueue returns is revoked.
-func (s *store) enqueue(ctx context.Context, prefix string, secs int64, wait bool) (lease clientv3.LeaseID, key string, rev, seen int64, pred []byte, notAcquired bool, err error) {
-	g, err := s.c.Grant(ctx, secs)
-	if err != nil {
-		return 0, "", 0, 0, nil, false, err
+// queued is a key enqueue wrote: its lease (shared, if the Locker shares
+// them), the key and its create revision, its predecessor (nil: it holds
+// the lock), and when the request that starts its trust was sent.
+type queued struct {
+	lease       clientv3.LeaseID
+	shared      *sharedLease
+	key         string
+	rev         int64
+	pred        []byte
+	sent        time.Time
+	notAcquired bool
+}
+
+// enqueue grants a lease (or takes the Locker's shared one) and writes
+// the caller's key under prefix with it. wait: the key joins the line,
+// and pred is its predecessor (seen at the key's create revision), nil if
+// it holds the lock; otherwise the key is written only if prefix has none
+// (notAcquired if it had). A lease of its own that holds no key when
+// enqueue returns is revoked; a key on a shared lease whose answer was
+// lost is deleted.
+func (s *store) enqueue(ctx context.Context, prefix string, secs int64, ttl time.Duration, wait bool) (q queued, err error) {
+	if s.shared != nil {
+		if q.shared, q.sent, err = s.shared.lease(ctx, s.c, secs, ttl); err != nil {
+			return q, err
+		}
+		q.lease, q.key = q.shared.id, s.shared.key(prefix, q.shared)
+	} else {
+		q.sent = time.Now()
+		g, err := s.c.Grant(ctx, secs)
+		if err != nil {
+			return q, err
+		}
+		q.lease, q.key = g.ID, fmt.Sprintf("%s%016x", prefix, int64(g.ID))
 	}
-	lease = g.ID
-	key = fmt.Sprintf("%s%016x", prefix, int64(lease))
-	put := clientv3.OpPut(key, "", clientv3.WithLease(lease))
+	put := clientv3.OpPut(q.key, "", clientv3.WithLease(q.lease))
 	txn := s.c.Txn(ctx)
 	if wait {
 		txn = txn.Then(clientv3.OpGet(prefix, clientv3.WithLastCreate()...), put)
@@ -166,19 +195,35 @@ func (s *store) enqueue(ctx context.Context, prefix string, secs int64, wait boo
 	resp, err := txn.Commit()
 	switch {
 	case err != nil:
-		s.revoke(lease) // the answer may be lost, not the write
-		return 0, "", 0, 0, nil, false, err
+		if q.shared != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			q.shared.drop() // revoked or expired: the next attempt grants another
+		}
+		s.giveBack(q.lease, q.key) // the answer may be lost, not the write
+		return queued{}, err
 	case !resp.Succeeded:
-		s.revoke(lease)
-		return 0, "", 0, 0, nil, true, nil
+		s.giveBack(q.lease, "")
+		return queued{notAcquired: true}, nil
 	}
-	rev = resp.Header.Revision
+	q.rev = resp.Header.Revision
 	if wait {
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			pred = kvs[0].Key
+			q.pred = kvs[0].Key
 		}
 	}
-	return lease, key, rev, rev, pred, false, nil
+	return q, nil
+}
+
+// giveBack undoes an acquisition that holds no lock: a lease of its own is
+// revoked (its key, if the cluster wrote it, goes with it); on the
+// Locker's shared lease, which its other locks hold too, only the key is
+// deleted ("": none was written).
+func (s *store) giveBack(lease clientv3.LeaseID, key string) {
+	switch {
+	case s.shared == nil:
+		s.revoke(lease)
+	case key != "":
+		deleteKey(s.c, key, 0)
+	}
 }
 
 // revoke gives back a lease that holds no lock (a refused try, a waiter

@@ -34,6 +34,7 @@ var kit = ttllock.Package{
 type config struct {
 	ttllock.Config // the timeout and the observer
 	prefix         string
+	sharedLease    bool
 }
 
 // Option configures a Locker.
@@ -55,6 +56,23 @@ func WithTimeout(d time.Duration) Option {
 // matching [sqlock.ErrInvalidOption]); the default is no cap.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) error { return c.SetMaxHold(d) }
+}
+
+// WithSharedLease makes the Locker's locks of one TTL share a lease, as
+// etcd's concurrency.Session shares one among its mutexes: an acquisition
+// of a free name is then one Txn, and a release one owner-checked delete
+// of the lock's key — the round trips of a Mutex on a long-lived session
+// — instead of a lease granted and revoked per lock. Each lock still
+// keeps the lease alive every TTL/3 and is trusted, and Lost, on its own
+// confirmed keepalives; a lease the cluster no longer has (revoked, or
+// expired with every lock on it unable to keep it) loses every lock on it,
+// and the next acquisition grants another. The default is a lease per
+// lock: see docs/etcdlock.md for the trade.
+func WithSharedLease() Option {
+	return func(c *config) error {
+		c.sharedLease = true
+		return nil
+	}
 }
 
 // WithPrefix puts the Locker's keys under prefix (default
