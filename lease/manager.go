@@ -85,7 +85,10 @@ func New[DB Handle](db DB, opts ...Option) *Manager {
 // holds it: until it is released (a notification, or a poll) or expires
 // on the server's clock, for at most the Manager's timeout (WithTimeout)
 // or ctx's deadline, whichever is first. A wait that runs out returns an
-// error matching [ErrTimeout].
+// error matching [ErrTimeout]. Waiters are served in the order they
+// arrived (the order of their tickets in the waiters' table, across
+// processes); one that stops waiting leaves the queue before Acquire
+// returns.
 //
 // The lease is renewed every ttl/3 until Release; [Lease.Lost] fires when
 // it can no longer be trusted.
@@ -93,8 +96,10 @@ func (m *Manager) Acquire(ctx context.Context, name string, ttl time.Duration) (
 	return m.observed(ctx, "acquire", name, ttl, true)
 }
 
-// TryAcquire is Acquire without the wait: if the lease is held it returns
-// an error matching [ErrNotAcquired] at once. (If the lease just expired
+// TryAcquire is Acquire without the wait: if the lease is held, or
+// waiters queue for it (a released lease is kept for the first of them),
+// it returns an error matching [ErrNotAcquired] at once; it takes no place
+// in the queue. (If the lease just expired
 // while its old holder's guarded transaction is still open, the attempt
 // waits for that transaction, within the Manager's timeout.)
 func (m *Manager) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
