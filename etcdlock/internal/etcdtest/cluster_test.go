@@ -3,7 +3,6 @@ package etcdtest_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/sqlock/sqlock/etcdlock/internal/etcdtest"
 )
@@ -50,16 +49,13 @@ func TestKilledLeaderIsReplaced(t *testing.T) {
 	// Serializable: the restarted member's own copy, caught up from the
 	// others.
 	oc := c.Client(t, old.ClientURL)
-	for {
+	eventually(t, "the restarted member serving k=after", func(ctx context.Context) bool {
 		got, err := oc.Get(ctx, "k", serializable)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Fatal(err)
 		}
-		if len(got.Kvs) == 1 && string(got.Kvs[0].Value) == "after" {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && len(got.Kvs) == 1 && string(got.Kvs[0].Value) == "after"
+	})
 }
 
 // TestRestartOfTheWholeClusterKeepsData: every member killed, then all
@@ -115,14 +111,11 @@ func TestPausedMemberResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	mc := c.Client(t, m.ClientURL)
-	for {
+	eventually(t, "the resumed member serving k", func(ctx context.Context) bool {
 		got, err := mc.Get(ctx, "k", serializable)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Fatal(err)
 		}
-		if len(got.Kvs) == 1 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && len(got.Kvs) == 1
+	})
 }
