@@ -140,6 +140,9 @@ func (s *store) Grant(ctx context.Context, name string, ttl time.Duration, wait 
 	if q.pred != nil {
 		w := newWaiter(s.c, q.lease, ttl, sent)
 		if err := w.wait(ctx, prefix, q.key, q.rev, q.pred, q.rev); err != nil {
+			if q.shared != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				q.shared.drop() // the next acquisition grants another
+			}
 			s.giveBack(q.lease, q.key) // leave the line at once
 			return ttllock.Grant{}, err
 		}
