@@ -1,53 +1,29 @@
 package httpver_test
 
 import (
-	"context"
 	"database/sql"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/sqlock/sqlock/httpver"
+	"github.com/sqlock/sqlock/internal/testing/matrix"
 	"github.com/sqlock/sqlock/versioned"
 )
 
-// countingSQL is a one-connection *sql.DB that counts the writes its
-// connection makes to the server: with pgx, one write per round trip.
-func countingSQL(t *testing.T, dsn string) (*sql.DB, *atomic.Int64) {
+// countingSQL is a one-connection *sql.DB on the harness's counting
+// driver: its count is the round trips on the wire.
+func countingSQL(t *testing.T, dsn string) (*sql.DB, *matrix.RoundTrips) {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(dsn)
+	var rt matrix.RoundTrips
+	db, err := matrix.OpenSQL(dsn, &rt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var writes atomic.Int64
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{c, &writes}, nil
-	}
-	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	t.Cleanup(func() { db.Close() })
-	return db, &writes
-}
-
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c countingConn) Write(p []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(p)
+	return db, &rt
 }
 
 // A conditional PUT that wins costs the round trips of versioned.Update

@@ -6,16 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/testing/matrix"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
 	"github.com/sqlock/sqlock/lease"
 	"github.com/sqlock/sqlock/retry"
@@ -420,38 +417,19 @@ func TestFencedWritesRaceNeverLandOlderAfterNewer(t *testing.T) {
 	t.Logf("%d writes landed, %d holders fenced out", n, fenced.Load())
 }
 
-// countingSQL is a one-connection *sql.DB that counts the writes its
-// connection makes to the server: with pgx, one write per round trip.
-func countingSQL(t *testing.T, pg *pgtest.DB) (*sql.DB, *atomic.Int64) {
+// countingSQL is a one-connection *sql.DB on the harness's counting
+// driver: its count is the round trips on the wire.
+func countingSQL(t *testing.T, pg *pgtest.DB) (*sql.DB, *matrix.RoundTrips) {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(pg.DSN)
+	var rt matrix.RoundTrips
+	db, err := matrix.OpenSQL(pg.DSN, &rt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var writes atomic.Int64
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{c, &writes}, nil
-	}
-	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	t.Cleanup(func() { db.Close() })
-	return db, &writes
-}
-
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c countingConn) Write(p []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(p)
+	return db, &rt
 }
 
 // A fenced write that succeeds costs what the unfenced one costs: one
