@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/vmodel"
+	"github.com/sqlock/sqlock/retry"
 )
 
 // Verdict is a fault run's class.
@@ -183,11 +185,12 @@ func (f *FaultRun) Note(format string, args ...any) {
 	f.mu.Unlock()
 }
 
-// Typed reports whether err is one of the errors a mechanism promises
-// (the root package's sentinels, ErrFenced) or a context's end.
+// Typed reports whether err is one of the errors a mechanism promises:
+// the root package's sentinels, ErrFenced, a stale versioned write, a
+// retry policy that gave up (retry.ErrExhausted), or a context's end.
 func Typed(err error) bool {
 	for _, s := range []error{sqlock.ErrNotAcquired, sqlock.ErrTimeout, sqlock.ErrLost, sqlock.ErrNoLeader,
-		sqlock.ErrUnsupported, ErrFenced, context.DeadlineExceeded, context.Canceled} {
+		sqlock.ErrUnsupported, ErrFenced, vmodel.ErrStale, retry.ErrExhausted, context.DeadlineExceeded, context.Canceled} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -36,9 +36,11 @@ type Querier interface {
 // once charged or booked; the stock for a product.
 type State struct {
 	Workload Workload
-	// Schema is the quoted schema name; Items and Events the qualified
-	// table names, for a row that writes its own SQL (versioned's table,
-	// a hand-written UPDATE … WHERE version = $n).
+	// Schema is the schema's name, a lower-case identifier that needs no
+	// quoting (mx_<workload>_<random hex>); Items and Events the qualified
+	// table names (Schema.items, Schema.events), for a row that writes its
+	// own SQL (versioned's table, a hand-written UPDATE … WHERE version =
+	// $n) or keeps its own names apart per cell (lease names, idem scopes).
 	Schema, Items, Events string
 
 	db    *sql.DB
@@ -85,7 +87,7 @@ func NewState(ctx context.Context, db *sql.DB, w Workload, keys int, opts ...Sta
 		return nil, err
 	}
 	name := "mx_" + string(w) + "_" + hex.EncodeToString(b[:])
-	s := &State{Workload: w, Schema: `"` + name + `"`, db: db, keys: keys, stock: 1000}
+	s := &State{Workload: w, Schema: name, db: db, keys: keys, stock: 1000}
 	for _, o := range opts {
 		o(s)
 	}
