@@ -137,7 +137,7 @@ func run(count int, workerList string, work, rounds int, out string, skipBench b
 	}
 	sweepLoad := fmt.Sprintf("load average %s at the start of the sweep, %s at its end", loadBefore, loadavg())
 	results := medians(all)
-	if err := os.WriteFile(filepath.Join(out, "contention.svg"), []byte(plot(results, workers)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "contention.svg"), []byte(contentionPlot(results, workers)), 0o644); err != nil {
 		return err
 	}
 	deadlines, err := deadlineSweep(ctx, cluster, deadlineList)

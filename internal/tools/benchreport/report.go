@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	"github.com/sqlock/sqlock/internal/tools/contention"
+	"github.com/sqlock/sqlock/internal/tools/plot"
 )
 
 // standard are the columns of the per-benchmark tables.
@@ -201,18 +201,8 @@ func fmtDur(d time.Duration) string {
 
 func short(pkg string) string { return strings.TrimPrefix(pkg, "github.com/sqlock/sqlock/") }
 
-func num(v float64) string {
-	switch {
-	case v == math.Trunc(v) && math.Abs(v) < 1e15:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 1:
-		return fmt.Sprintf("%.2f", v)
-	default:
-		return fmt.Sprintf("%.3f", v)
-	}
-}
+// num prints a figure as the plots do.
+func num(v float64) string { return plot.Num(v) }
 
 func list(v []float64) string {
 	parts := make([]string, len(v))
