@@ -264,6 +264,7 @@ published table is 0; errors are typed refusals (a retry policy that gave up, a 
 out), counted, not hidden.
 
 `)
+	summary(&b, cells, faults)
 	for _, w := range matrix.Workloads {
 		wc := ofWorkload(cells, w)
 		if len(wc) == 0 {
@@ -307,6 +308,75 @@ out), counted, not hidden.
 	faultTable(&b, faults)
 	byHandNote(&b, cells)
 	return b.String()
+}
+
+// anchor is the id of a mechanism's row in the summary table, which
+// docs/guide.md's decision table links to: its name in lower case, every
+// run of other characters a dash ("versioned+retry" → "versioned-retry").
+func anchor(mechanism string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(mechanism) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			dash = false
+		} else {
+			dash = true
+		}
+	}
+	return b.String()
+}
+
+// summary is one row per mechanism: where each stands on the hot key at
+// the most contenders, over loopback, on each workload, and its faults'
+// verdicts.
+func summary(b *strings.Builder, cells []matrix.CellResult, faults []matrix.FaultResult) {
+	contenders, _, _ := axes(cells)
+	if len(contenders) == 0 {
+		return
+	}
+	top := contenders[len(contenders)-1]
+	fmt.Fprintf(b, "## Summary\n\nOne row per mechanism: ops/s ×ratio to its group's best on the hot key with %d contenders over loopback, per workload, and the verdict of each fault it was run under. The tables below have every cell.\n\n", top)
+	b.WriteString("| mechanism | group |")
+	for _, w := range matrix.Workloads {
+		fmt.Fprintf(b, " %s |", w)
+	}
+	b.WriteString(" faults |\n|---|---|")
+	for range matrix.Workloads {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---|\n")
+	listed := map[string]bool{}
+	row := func(mech, group string) {
+		listed[mech] = true
+		fmt.Fprintf(b, `| <a id="%s"></a>%s | %s |`, anchor(mech), mech, group)
+		for _, w := range matrix.Workloads {
+			if c, ok := find(cells, mech, w, matrix.HotKey, matrix.Loopback, top); ok {
+				fmt.Fprintf(b, " %s ×%.2f |", plot.Num(c.OpsPerSec), ratio(cells, c))
+			} else {
+				b.WriteString(" — |")
+			}
+		}
+		var vs []string
+		for _, f := range faults {
+			if f.Mechanism == mech {
+				vs = append(vs, fmt.Sprintf("%s: **%s**", f.Fault, f.Verdict))
+			}
+		}
+		fmt.Fprintf(b, " %s |\n", strings.Join(vs, "; "))
+	}
+	for _, m := range mechanisms(cells) {
+		row(m.Mechanism, m.Group)
+	}
+	for _, f := range faults { // fault-only rows
+		if !listed[f.Mechanism] {
+			row(f.Mechanism, f.Group)
+		}
+	}
+	b.WriteString("\n")
 }
 
 func plural(k matrix.Keys) string {

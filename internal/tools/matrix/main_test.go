@@ -54,6 +54,8 @@ func TestRenderRatiosVerdictsAndPlots(t *testing.T) {
 		"order k3 charged 2 times",
 		"| slow | by hand: lock | 0.31 |",
 		"**not the full grid**",
+		`| <a id="by-hand-lock"></a>by hand: lock | lock | — | — | 800 ×0.80 |`,
+		"holder paused past TTL (unfenced): **unsafe**",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("matrix.md lacks %q:\n%s", want, md)
@@ -64,6 +66,16 @@ func TestRenderRatiosVerdictsAndPlots(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "matrix-payment.svg")); err == nil {
 		t.Error("a plot for a workload with no cell")
+	}
+}
+
+// A mechanism's anchor is what docs/guide.md links to.
+func TestAnchor(t *testing.T) {
+	for in, want := range map[string]string{"versioned+retry": "versioned-retry", "by hand: UPDATE … WHERE version": "by-hand-update-where-version",
+		"Redlock-5": "redlock-5", "lease+Guard": "lease-guard", "CAS": "cas"} {
+		if got := anchor(in); got != want {
+			t.Errorf("anchor(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
