@@ -29,7 +29,7 @@ MODEL_TESTS := ./versioned:TestStructWritesModel ./sqlxhelpers:TestStructWritesM
 TEST_DEPS := postgresql pgbouncer mariadb-server redis-server nodejs npm etcd-server
 DEMO_DEPS := postgresql
 
-.PHONY: test lint deps deps-demo demo bench bench-report bench-redis fuzz
+.PHONY: test lint deps deps-demo demo bench bench-report bench-redis fuzz matrix
 
 test: deps lint
 	$(WITHPG) -mariadb -- $(GO) test -race -count=1 -timeout 20m $(PKGS)
@@ -62,6 +62,19 @@ bench-report: deps
 REDISCMP_FLAGS ?=
 bench-redis: deps
 	cd bench/redislockcmp && $(GO) run . $(REDISCMP_FLAGS)
+
+# Regenerates docs/matrix.md and docs/matrix-<workload>.svg: every mechanism
+# of the guide's decision table under the same load and faults (issue #37).
+# MATRIX=full (the published figures, under 30 minutes on 2 cores) or quick
+# (under 5); make test runs the same tests with MATRIX unset, a smoke grid.
+# -p 1: no two cells measure beside each other.
+MATRIX ?= full
+MATRIX_OUT ?= $(or $(TMPDIR),/tmp)/sqlock-matrix
+MATRIX_PKGS := ./internal/tools/matrix ./redislock ./etcdlock ./dynamo
+matrix: deps
+	rm -rf $(MATRIX_OUT)
+	MATRIX=$(MATRIX) MATRIX_OUT=$(MATRIX_OUT) $(WITHPG) -mariadb -- $(GO) test -p 1 -run '^TestMatrix$$' -count=1 -timeout 60m $(MATRIX_PKGS)
+	$(GO) run ./internal/tools/matrix -in $(MATRIX_OUT) -out docs
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
