@@ -279,7 +279,7 @@ out), counted, not hidden.
 				for _, c := range contenders {
 					fmt.Fprintf(&b, " %d contender%s |", c, pluralN(c))
 				}
-				b.WriteString(" round trips/op | errors | anomalies |\n|---|---|")
+				fmt.Fprintf(&b, " round trips/op (%s) | errors | anomalies |\n|---|---|", joinInts(contenders, " / "))
 				for range contenders {
 					b.WriteString("---:|")
 				}
@@ -377,6 +377,14 @@ func summary(b *strings.Builder, cells []matrix.CellResult, faults []matrix.Faul
 		}
 	}
 	b.WriteString("\n")
+}
+
+func joinInts(v []int, sep string) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, sep)
 }
 
 func plural(k matrix.Keys) string {
