@@ -52,7 +52,7 @@ func TestRenderRatiosVerdictsAndPlots(t *testing.T) {
 		"| other group | optimistic | 10 ×1.00 · 2.50 ms |", // its own group's best
 		"| slow | holder paused past TTL (unfenced) | payment | **unsafe** | not asserted | 12 | 1 |",
 		"order k3 charged 2 times",
-		"| slow | by hand: lock | 0.31 |",
+		"| slow | by hand: lock | 0.31 | 0.31 (stock, hot, 8, loopback) | 3.0 / 3.0 | no more round trips",
 		"**not the full grid**",
 		`| <a id="by-hand-lock"></a>by hand: lock | lock | — | — | 800 ×0.80 |`,
 		"holder paused past TTL (unfenced): **unsafe**",
