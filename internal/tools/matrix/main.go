@@ -240,7 +240,8 @@ func markdown(reports []matrix.Report) string {
 	}
 	fmt.Fprintf(&b, "- Date: %s\n", started.UTC().Format("2006-01-02 15:04 UTC"))
 	for _, r := range reports {
-		fmt.Fprintf(&b, "- Module %s: %d load cells, %d faults, %.0f s on %s\n", r.Module, len(r.Cells), len(r.Faults), r.Seconds, r.Machine)
+		fmt.Fprintf(&b, "- Module %s (MATRIX=%s, %s): %d load cells, %d faults, %.0f s on %s\n", r.Module, r.Mode,
+			r.Started.UTC().Format("15:04 UTC"), len(r.Cells), len(r.Faults), r.Seconds, r.Machine)
 	}
 	fmt.Fprintf(&b, "- Mode: %s", mode)
 	if mode != string(matrix.Full) {
