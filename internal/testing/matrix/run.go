@@ -170,8 +170,19 @@ func Run(t *testing.T, rows ...Row) {
 	}
 }
 
+// testContext ends with the test, or shortly before its deadline, so that
+// no operation of a row can wait for ever: a wait ends in a typed error
+// that the cell counts, and the cell reports it.
+func testContext(t *testing.T) (context.Context, context.CancelFunc) {
+	if d, ok := t.Deadline(); ok {
+		return context.WithDeadline(t.Context(), d.Add(-30*time.Second))
+	}
+	return context.WithCancel(t.Context())
+}
+
 func runCell(t *testing.T, dsn string, row *Row, w Workload, contenders int, k Keys, n Net, g grid) CellResult {
-	ctx := t.Context()
+	ctx, cancel := testContext(t)
+	defer cancel()
 	opts := []StateOption{WithStock(int64(keysStock(k, contenders, g.perContender)))}
 	c, err := newCell(ctx, t, dsn, n, w, contenders, k, keysFor(w, k, contenders, g.perContender), opts)
 	if err != nil {
@@ -297,7 +308,8 @@ func runFault(t *testing.T, row *Row, ft *Fault, mode Mode) (FaultResult, bool) 
 			w = row.Workloads[0]
 		}
 	}
-	ctx := t.Context()
+	ctx, cancel := testContext(t)
+	defer cancel()
 	f := &FaultRun{T: t, Row: row, Fault: ft, Workload: w, Mode: mode, start: time.Now()}
 	f.newCell = func(ctx context.Context, dsn string, contenders int, k Keys, nkeys int, opts []StateOption) (*Cell, error) {
 		return newCell(ctx, t, dsn, "fault", w, contenders, k, nkeys, opts)
