@@ -243,6 +243,15 @@ func markdown(reports []matrix.Report) string {
 		fmt.Fprintf(&b, "- Module %s (MATRIX=%s, %s): %d load cells, %d faults, %.0f s on %s\n", r.Module, r.Mode,
 			r.Started.UTC().Format("15:04 UTC"), len(r.Cells), len(r.Faults), r.Seconds, r.Machine)
 	}
+	var missing []string
+	for _, m := range moduleOrder {
+		if !slices.ContainsFunc(reports, func(r matrix.Report) bool { return r.Module == m }) {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(&b, "- **Not in this run**: module %s (no report in the input), so their rows are missing below\n", strings.Join(missing, ", "))
+	}
 	fmt.Fprintf(&b, "- Mode: %s", mode)
 	if mode != string(matrix.Full) {
 		b.WriteString(" — **not the full grid**: a reduced run, its figures short and noisy; `make matrix` (MATRIX=full) publishes the full one")
