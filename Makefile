@@ -74,7 +74,7 @@ MATRIX_PKGS := ./internal/tools/matrix ./redislock ./etcdlock ./dynamo
 matrix: deps
 	rm -rf $(MATRIX_OUT)
 	MATRIX=$(MATRIX) MATRIX_OUT=$(MATRIX_OUT) $(WITHPG) -mariadb -- $(GO) test -p 1 -run '^TestMatrix$$' -count=1 -timeout 60m $(MATRIX_PKGS)
-	$(GO) run ./internal/tools/matrix -in $(MATRIX_OUT) -out docs
+	$(GO) run ./internal/tools/matrix -in $(MATRIX_OUT) -out docs -command 'make matrix MATRIX=$(MATRIX)'
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -39,7 +39,7 @@ func TestRenderRatiosVerdictsAndPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := write(out, reports); err != nil {
+	if err := write(out, reports, "make matrix MATRIX=quick"); err != nil {
 		t.Fatal(err)
 	}
 	md, err := os.ReadFile(filepath.Join(out, "matrix.md"))
@@ -54,6 +54,7 @@ func TestRenderRatiosVerdictsAndPlots(t *testing.T) {
 		"order k3 charged 2 times",
 		"| slow | by hand: lock | 0.31 | 0.31 (stock, hot, 8, loopback) | 3.0 / 3.0 | no more round trips",
 		"**not the full grid**",
+		"- Command: `make matrix MATRIX=quick`",
 		"**Not in this run**: module redislock, etcdlock, dynamo",
 		`| <a id="by-hand-lock"></a>by hand: lock | lock | — | — | 800 ×0.80 |`,
 		"holder paused past TTL (unfenced): **unsafe**",
