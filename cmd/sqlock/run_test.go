@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -478,6 +479,12 @@ func lose(ctx context.Context, t *testing.T, tg target, name string) {
 // returns), and the lock is released after it.
 func TestRunForwardsSignalsToTheCommand(t *testing.T) {
 	t.Parallel()
+	// Run under nohup, this process would start its children with SIGHUP
+	// ignored, and a shell cannot trap a signal ignored at its start.
+	// While this process catches SIGHUP, its children start with the default.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Stop(hup) })
 	ctx := testCtx(t)
 	tg := newTarget(t, "lease")
 	for i, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1} {
