@@ -107,6 +107,23 @@ func (h *history) mustAcquire(t *testing.T, client int, acquire func() (*etcdloc
 	return r
 }
 
+// mustAcquireEventually is mustAcquire, trying again (up to 5 times) after
+// an acquire that failed: the failed tries are recorded in the history as
+// acquisitions that did not happen.
+func (h *history) mustAcquireEventually(t *testing.T, client int, acquire func() (*etcdlock.Lock, error)) *recorded {
+	t.Helper()
+	for try := 1; ; try++ {
+		r, err := h.acquire(client, acquire)
+		if err == nil {
+			return r
+		}
+		if try == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("try %d: %v", try, err)
+	}
+}
+
 // finish records the holder's read and fenced write of the history's
 // register, and its release, whose error it returns; ok says whether the
 // write succeeded.
@@ -269,7 +286,11 @@ func TestHolderMemberKilled(t *testing.T) {
 	}
 	others := c.Others(m)
 	nextLocker := etcdlock.New(c.Client(t, others[0].ClientURL, others[1].ClientURL), etcdlock.WithTimeout(time.Minute))
-	next := hist.mustAcquire(t, 1, func() (*etcdlock.Lock, error) { return nextLocker.Acquire(ctx, t.Name(), 3*time.Second) })
+	// While the surviving members elect a leader the waiter's own lease may
+	// go unconfirmed for its whole TTL on a slow machine; that waiter gives
+	// up, typed, and a new one waits. What is asserted is who holds, not how
+	// soon.
+	next := hist.mustAcquireEventually(t, 1, func() (*etcdlock.Lock, error) { return nextLocker.Acquire(ctx, t.Name(), 3*time.Second) })
 	h.enter(t, next.Lock) // fails unless old's Err is set by now
 	takeover(t, hist, old, next, func() {
 		if err := m.Start(ctx); err != nil {

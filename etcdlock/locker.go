@@ -385,6 +385,11 @@ func (w *waiter) renew(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case !time.Now().Before(w.sent.Add(w.ttl)):
+		// The deadline that ran out is the lease's, not the caller's: the
+		// error must not match context.DeadlineExceeded.
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("no keepalive of the waiter's lease confirmed within its TTL (%v)", err)
+		}
 		return fmt.Errorf("no keepalive of the waiter's lease confirmed within its TTL: %w", err)
 	default:
 		w.next = time.Now().Add(retryPause)
