@@ -280,3 +280,80 @@ func (w *window) adapt(completed bool) {
 		}
 	}
 }
+
+// TestCancelledWaitLeavesTheQueue: a Lock whose caller cancels while it is
+// queued behind a holder returns only once the server has left the wait —
+// a connection closed mid-wait leaves its backend queued until the server
+// notices, and once the holder releases, that orphan takes the lock ahead
+// of live callers. Right after the cancelled Lock returns, no backend waits
+// for the key, and once the holder releases, a TryLock takes it at once;
+// the connection the wait used goes back to the pool holding nothing.
+func TestCancelledWaitLeavesTheQueue(t *testing.T) {
+	const rounds = 20
+	db := pgtest.New(t)
+	a := admin(t, db)
+	waiting := func(k advisory.Key) int {
+		var n int
+		classid, objid, objsubid := k.Locktag()
+		if err := a.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2 AND objsubid = $3`,
+			int64(classid), int64(objid), objsubid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	setups := []struct {
+		name string
+		open func() *advisory.Locker
+	}{
+		{"sql-pgx", func() *advisory.Locker { return advisory.New(db.OpenSQL(), advisory.WithTimeout(time.Hour)) }},
+		{"pgxpool", func() *advisory.Locker {
+			return advisory.NewPool(pgxPoolWith(t, db, 8), advisory.WithTimeout(time.Hour))
+		}},
+		{"sql-libpq", func() *advisory.Locker { return advisory.New(openLibPQ(t, db.DSN), advisory.WithTimeout(time.Hour)) }},
+		{"multiplexed", func() *advisory.Locker {
+			return advisory.New(db.OpenSQL(), advisory.WithTimeout(time.Hour), advisory.WithMultiplexing(2))
+		}},
+	}
+	for _, s := range setups {
+		t.Run(s.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := s.open()
+			for i := range rounds {
+				key := advisory.KeyOf(fmt.Sprintf("queue-%s-%d", s.name, i))
+				holder, err := l.Lock(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer holder.Release(ctx) // after a failure; a second Release is a no-op
+				cctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() {
+					lk, err := l.Lock(cctx, key)
+					if lk != nil {
+						lk.Release(ctx)
+					}
+					done <- err
+				}()
+				waitUntil(t, "the second Lock is queued", func() bool { return waiting(key) == 1 })
+				cancel()
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Fatalf("round %d: cancelled Lock: %v, want context.Canceled", i, err)
+				}
+				if n := waiting(key); n != 0 {
+					t.Fatalf("round %d: %d backends still queued for the key after the cancelled Lock returned", i, n)
+				}
+				if err := holder.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				lk, err := l.TryLock(ctx, key)
+				if err != nil {
+					t.Fatalf("round %d: TryLock right after the holder's release: %v", i, err)
+				}
+				if err := lk.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

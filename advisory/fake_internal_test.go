@@ -144,6 +144,10 @@ func (s *fakeSession) exec(_ context.Context, deadline time.Time, query string) 
 	return s.answer(deadline)
 }
 
+func (s *fakeSession) wait(ctx context.Context, deadline time.Time, _ time.Duration, query string) (bool, error) {
+	return false, s.exec(ctx, deadline, query)
+}
+
 func (s *fakeSession) end() {
 	s.mu.Lock()
 	done := s.done

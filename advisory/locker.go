@@ -391,14 +391,14 @@ func (l *Locker) acquire(ctx context.Context, op string, key Key, shared, try bo
 	}
 
 	args := keyArgs(key)
-	granted, stmtEnd, err := l.lockStatement(ctx, sess, key, shared, try, args, &w)
+	granted, cut, err := l.lockStatement(ctx, &sess, key, shared, try, args, &w)
 	switch {
 	case err == errNoWaitLeft:
 		sess.release()
 		sess = nil
 		return nil, w.timeout(nil)
 	case err != nil:
-		e := l.lockFailed(ctx, sess, &w, try, stmtEnd, err)
+		e := l.lockFailed(ctx, sess, &w, cut, err)
 		sess = nil
 		return nil, e
 	case !granted:
@@ -557,37 +557,48 @@ var errNoWaitLeft = errors.New("advisory: no time left to wait")
 
 // lockStatement sends the lock statement on sess: a try-once, or a
 // blocking lock whose wait the server's lock_timeout ends. It returns
-// whether the lock was granted, and stmtEnd, the client's own bound on the
-// statement (zero when a cancellation cut it), for lockFailed.
-func (l *Locker) lockStatement(ctx context.Context, sess session, key Key, shared, try bool, args []any, w *waitBound) (granted bool, stmtEnd time.Time, err error) {
+// whether the lock was granted and, for lockFailed, whether the client cut
+// the statement (its outcome then unknown). sess may come back replaced:
+// see noPool.
+func (l *Locker) lockStatement(ctx context.Context, sess *session, key Key, shared, try bool, args []any, w *waitBound) (granted, cut bool, err error) {
 	if try {
 		// Bounded by the wait bound; the caller's ctx is the driver's to
 		// watch.
-		err = sess.queryRow(ctx, w.end, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
-		return granted, w.end, err
+		err = (*sess).queryRow(ctx, w.end, tryLockSQL[b2i(shared)][b2i(key.IsPair())], args, &granted)
+		return granted, err != nil && (ctx.Err() != nil || !time.Now().Before(w.end)), err
 	}
 	ms := l.lockTimeout(ctx, w)
 	if ms == 0 {
-		return false, time.Time{}, errNoWaitLeft
+		return false, false, errNoWaitLeft
 	}
 	// The server's lock_timeout ends the wait before the caller's deadline
 	// (a 55P03 keeps the connection, where a statement cut by the context
-	// costs it), so the deadline does not cut the statement (a cancellation
-	// still does); stmtEnd, a grace period past the wait bound, does, for a
-	// server that does not answer.
+	// costs it), so the deadline does not cut the statement; a
+	// cancellation ends it with a cancel request (session.wait), or on
+	// drivers without one cuts it. stmtEnd, a grace period past the wait
+	// bound, cuts it too, for a server that does not answer.
 	lctx := ctx
 	if hasDeadline(ctx) {
 		var detached func()
 		lctx, detached = untilCancelled(ctx)
 		defer detached()
 	}
-	stmtEnd = w.end.Add(lockTimeoutGrace)
-	err = sess.exec(lctx, stmtEnd, blockingLockSQL(key, shared, ms))
-	if err != nil && lctx.Err() != nil {
-		stmtEnd = time.Time{} // cut by a cancellation: see lockFailed
+	stmtEnd := w.end.Add(lockTimeoutGrace)
+	requested, err := (*sess).wait(lctx, stmtEnd, l.cfg.unlockTimeout, blockingLockSQL(key, shared, ms))
+	if requested && pgerror.Code(err) != pgerror.QueryCanceled {
+		// The statement ended before the request reached it, which a
+		// pooler may still deliver to the connection's next user.
+		*sess = noPool{*sess}
 	}
-	return err == nil, stmtEnd, err
+	cut = err != nil && (!time.Now().Before(stmtEnd) || !requested && lctx.Err() != nil)
+	return err == nil, cut, err
 }
+
+// noPool is a session that is never returned to the pool: release
+// destroys it, once whatever it held has been released on the server.
+type noPool struct{ session }
+
+func (s noPool) release() { s.session.destroy() }
 
 // lockTimeout is a blocking lock's lock_timeout in whole milliseconds,
 // rounded up: the time left to the wait bound or, under a caller's
@@ -617,12 +628,12 @@ func (l *Locker) lockTimeout(ctx context.Context, w *waitBound) int64 {
 // back to the pool. It holds nothing else of ours: one lock per
 // connection. Anything else (a context ended mid-call, the network) leaves
 // the outcome unknown: the connection is destroyed, which ends the session
-// and any lock in it. A blocking lock whose deadline left it detached was
-// cut only if stmtEnd passed (or a cancellation zeroed it).
-func (l *Locker) lockFailed(ctx context.Context, sess session, w *waitBound, try bool, stmtEnd time.Time, err error) *Error {
+// and any lock in it; so does a server error on a statement the client
+// cut (cut), which lockStatement works out. A wait ended by a cancel
+// request answers 57014 on a sound connection, which is swept.
+func (l *Locker) lockFailed(ctx context.Context, sess session, w *waitBound, cut bool, err error) *Error {
 	code := pgerror.Code(err)
-	stmtCut := !time.Now().Before(stmtEnd) || (try || !hasDeadline(ctx)) && ctx.Err() != nil
-	if code != "" && !pgerror.ConnectionLost(err) && !stmtCut {
+	if code != "" && !pgerror.ConnectionLost(err) && !cut {
 		l.sweep(ctx, sess)
 	} else {
 		sess.destroy()
@@ -634,7 +645,7 @@ func (l *Locker) lockFailed(ctx context.Context, sess session, w *waitBound, try
 		return &Error{Op: w.op, Key: w.key, Err: ErrDeadlock, Cause: err}
 	case ctx.Err() != nil:
 		return ctxError(w.op, w.key, ctx)
-	case stmtCut || w.out() && !pgerror.ConnectionLost(err):
+	case cut || w.out() && !pgerror.ConnectionLost(err):
 		return w.timeout(err)
 	case pgerror.ConnectionLost(err):
 		return &Error{Op: w.op, Key: w.key, Err: ErrUnavailable, Cause: err}

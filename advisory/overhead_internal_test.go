@@ -24,8 +24,11 @@ func (nullSession) queryRow(_ context.Context, _ time.Time, _ string, _ []any, d
 	return nil
 }
 func (nullSession) exec(context.Context, time.Time, string) error { return nil }
-func (nullSession) release()                                      {}
-func (nullSession) destroy()                                      {}
+func (nullSession) wait(context.Context, time.Time, time.Duration, string) (bool, error) {
+	return false, nil
+}
+func (nullSession) release() {}
+func (nullSession) destroy() {}
 
 // BenchmarkOverhead is the package's own CPU cost of an uncontended
 // TryLock+Release cycle (bounded contexts, the keepalive timer, the

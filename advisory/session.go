@@ -41,6 +41,14 @@ type session interface {
 	// exec runs query without arguments, which both drivers send with the
 	// simple query protocol (so it may hold several statements).
 	exec(ctx context.Context, deadline time.Time, query string) error
+	// wait runs query like exec: a wait for a lock, which the server's
+	// lock_timeout bounds. On pgx, ctx's cancellation does not cut it: a
+	// cancel request asks the server to end the wait, and the statement's
+	// own answer (57014, or whatever came first) is returned, with the
+	// answer to the request bounded by grace. requested reports that the
+	// request went out. Other drivers cut the statement on cancellation
+	// (requested is then false).
+	wait(ctx context.Context, deadline time.Time, grace time.Duration, query string) (requested bool, err error)
 	// release returns the connection to the pool. Only after a confirmed
 	// clean state: it holds no advisory lock of ours.
 	release()
@@ -96,6 +104,10 @@ func (s sqlSession) exec(ctx context.Context, deadline time.Time, query string) 
 	defer cancel()
 	_, err := s.c.ExecContext(ctx, query)
 	return err
+}
+
+func (s sqlSession) wait(ctx context.Context, deadline time.Time, _ time.Duration, query string) (bool, error) {
+	return false, s.exec(ctx, deadline, query)
 }
 
 // withContextDeadline is how sqlSession bounds a statement: a context
@@ -190,6 +202,18 @@ func (s sqlPgxSession) exec(ctx context.Context, deadline time.Time, query strin
 	return err
 }
 
+func (s sqlPgxSession) wait(ctx context.Context, deadline time.Time, grace time.Duration, query string) (requested bool, err error) {
+	ok, err := s.run(deadline, func(c *pgx.Conn) error {
+		var werr error
+		requested, werr = waitWithCancelRequest(ctx, c, grace, query)
+		return werr
+	})
+	if !ok && err == nil {
+		return false, s.sqlSession.exec(ctx, deadline, query)
+	}
+	return requested, err
+}
+
 type pgxBackend struct{ p *pgxpool.Pool }
 
 func (b pgxBackend) conn(ctx context.Context) (session, error) {
@@ -217,6 +241,50 @@ func (s pgxSession) exec(ctx context.Context, deadline time.Time, query string) 
 		_, err := c.Exec(ctx, query)
 		return err
 	})
+}
+
+func (s pgxSession) wait(ctx context.Context, deadline time.Time, grace time.Duration, query string) (bool, error) {
+	c := s.c.Conn()
+	var requested bool
+	err := withDeadline(c, deadline, func() error {
+		var err error
+		requested, err = waitWithCancelRequest(ctx, c, grace, query)
+		return err
+	})
+	return requested, err
+}
+
+// waitWithCancelRequest runs query on c, whose read deadline is set, under
+// a context that ctx's cancellation does not end. On that cancellation it
+// sends the server a cancel request and moves the read deadline to grace
+// from then, so the wait ends on the server: cutting the statement on the
+// client instead closes the connection, and its backend stays queued for
+// the lock until the server notices — granted it meanwhile, it holds the
+// lock ahead of live callers. requested reports that the request went out;
+// it has been acknowledged when this returns, so it cannot reach a later
+// statement of a direct connection (a pooler may forward it later: the
+// caller does not pool a connection whose request the statement did not
+// answer).
+func waitWithCancelRequest(ctx context.Context, c *pgx.Conn, grace time.Duration, query string) (requested bool, err error) {
+	if ctx.Done() == nil {
+		_, err = c.Exec(ctx, query)
+		return false, err
+	}
+	acked := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(acked)
+		end := time.Now().Add(grace)
+		c.PgConn().Conn().SetReadDeadline(end)
+		rctx, cancel := context.WithDeadline(context.Background(), end)
+		defer cancel()
+		c.PgConn().CancelRequest(rctx)
+	})
+	_, err = c.Exec(context.WithoutCancel(ctx), query)
+	if stop() {
+		return false, err
+	}
+	<-acked
+	return true, err
 }
 
 // withDeadline runs f, one statement on c, under c's read deadline
