@@ -27,6 +27,16 @@
 // and every backend's outcomes match [ErrNotAcquired], [ErrTimeout] and
 // [ErrLost].
 //
+// The same holds for the other shapes of coordination: a [SemaphoreAcquirer]
+// lets at most N holders of a name in at once, each holding a [Slot]
+// (lease, redislock, etcdlock), and an [Election] elects one leader among
+// replicas: the winner holds a [Leadership], a fenced lock whose token is
+// its term (lease, etcdlock).
+// [github.com/sqlock/sqlock/etcdlock] and [github.com/sqlock/sqlock/dynamo]
+// (DynamoDB's conditional writes) are modules of their own;
+// [github.com/sqlock/sqlock/httpver] carries versions over HTTP (ETag,
+// If-Match, 412) and [github.com/sqlock/sqlock/inspect] shows who holds what.
+//
 // A fencing token travels to the writes it protects in the context
 // ([WithFencingToken], [FencingToken]; a lease's Context puts it there):
 // versioned, sqlxhelpers and gormplugin refuse a write to a row whose
