@@ -1,0 +1,502 @@
+package redislock_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/internal/testing/matrix"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
+	"github.com/sqlock/sqlock/redislock"
+	"github.com/sqlock/sqlock/redislock/internal/redistest"
+)
+
+// matrixHolderEnv makes TestMatrix, in the test binary run again, the
+// paused holder of a fault (matrixHolder) instead of the matrix.
+const matrixHolderEnv = "REDISLOCK_MATRIX_HOLDER"
+
+// matrixTTL outlasts any operation of a cell and any fault's holder that
+// is not meant to expire: the load measures the lock, the faults their
+// own expiry.
+const matrixTTL = 30 * time.Second
+
+// TestMatrix is redislock's part of make matrix (internal/testing/matrix):
+// the lock on one server, its token fencing the workload's write, and
+// Redlock over five, on the grid MATRIX names, and the faults of issue 37
+// that a Redis lock meets: a restart without persistence, a primary
+// failover with and without WithReplicas, and the holder, a real OS
+// process, stopped with SIGSTOP past its TTL.
+func TestMatrix(t *testing.T) {
+	if cfg := os.Getenv(matrixHolderEnv); cfg != "" {
+		if err := matrixHolder(cfg); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	one := redistest.New(t, redistest.Options{})
+	five := redistest.NewN(t, 5, redistest.Options{})
+	on := func(servers []*redistest.Server) func() []*redistest.Server {
+		return func() []*redistest.Server { return servers }
+	}
+	matrix.Run(t,
+		matrix.Row{Mechanism: "redislock", Group: "lock", Workloads: matrix.Workloads,
+			Open: redisOpen(on([]*redistest.Server{one}), true),
+			Faults: []matrix.Fault{
+				{Name: "restart without persistence", Expect: matrix.Unsafe, Run: restartFault(1, 1)},
+				{Name: "primary failover", Expect: matrix.Unsafe, Run: failoverFault(false)},
+				{Name: "primary failover + replica wait", Expect: matrix.Safe, Run: failoverFault(true)},
+				{Name: "holder paused past TTL (fenced)", Expect: matrix.Safe, Run: pausedFault(1, true)},
+			}},
+		matrix.Row{Mechanism: "redislock (unfenced)", Group: "lock",
+			Open: redisOpen(on([]*redistest.Server{one}), false),
+			Faults: []matrix.Fault{
+				{Name: "holder paused past TTL (unfenced)", Expect: matrix.Unsafe, Run: pausedFault(1, false)},
+			}},
+		matrix.Row{Mechanism: "Redlock-5", Group: "lock", Workloads: matrix.Workloads,
+			Open: redisOpen(on(five), false),
+			Faults: []matrix.Fault{
+				{Name: "restart without persistence", Expect: matrix.Safe, Run: restartFault(5, 1)},
+				{Name: "holder paused past TTL (unfenced)", Expect: matrix.Unsafe, Run: pausedFault(5, false)},
+			}},
+	)
+}
+
+// countHook counts a client's requests on a cell's RoundTrips (a pipeline
+// is one round trip: WithReplicas sends its WAIT in the script's), and
+// signals each script sent on scripts when it is not nil, so that a fault
+// can wait until a second holder has tried.
+type countHook struct {
+	rt      *matrix.RoundTrips
+	scripts chan struct{}
+}
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.rt.Add(1)
+		err := next(ctx, cmd)
+		h.sent(cmd)
+		return err
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.rt.Add(1)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.sent(cmd)
+		}
+		return err
+	}
+}
+
+func (h *countHook) sent(cmd redis.Cmder) {
+	if h.scripts == nil || !strings.HasPrefix(cmd.Name(), "eval") {
+		return
+	}
+	select {
+	case h.scripts <- struct{}{}:
+	default:
+	}
+}
+
+// acquirer is the row's lock on servers — a Locker on one, a Redlock on
+// several — with every request counted on h and the locks lasting ttl.
+func acquirer(t testing.TB, servers []*redistest.Server, h *countHook, ttl time.Duration, opts ...redislock.Option) sqlock.Acquirer {
+	return acquirerOf(clients(t, servers), h, ttl, opts...)
+}
+
+func acquirerOf(cs []redis.UniversalClient, h *countHook, ttl time.Duration, opts ...redislock.Option) sqlock.Acquirer {
+	for _, c := range cs {
+		c.AddHook(h)
+	}
+	opts = append([]redislock.Option{redislock.WithTimeout(time.Minute)}, opts...)
+	if len(cs) == 1 {
+		return redislock.New(cs[0], opts...).Acquirer(ttl)
+	}
+	return redislock.NewRedlock(cs, opts...).Acquirer(ttl)
+}
+
+// redisOpen is a row's Open: every contender's operation is guarded by a
+// lock on the servers, fenced with its token or not.
+func redisOpen(servers func() []*redistest.Server, fenced bool) func(context.Context, *matrix.Cell) ([]matrix.Actor, func(), error) {
+	return func(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
+		locks := acquirer(c.T, servers(), &countHook{rt: c.RoundTrips}, matrixTTL)
+		actors := make([]matrix.Actor, c.Contenders)
+		for i := range actors {
+			actors[i] = guarded(c, c.DB, locks, fenced)
+		}
+		return actors, nil, nil
+	}
+}
+
+// lockName is the lock of key on c: cells never share one.
+func lockName(c *matrix.Cell, key string) string { return "matrix:" + c.State.Schema + ":" + key }
+
+// guarded is one operation: the workload's unguarded body (State.Apply)
+// on q under the lock of key, its write fenced with the lock's token when
+// fenced. The release's error is not the operation's: the write has
+// happened or not by then, and the workload's check says which.
+func guarded(c *matrix.Cell, q matrix.Querier, locks sqlock.Acquirer, fenced bool) matrix.ActorFunc {
+	return func(ctx context.Context, key string) (matrix.Result, error) {
+		l, err := locks.Acquire(ctx, lockName(c, key))
+		if err != nil {
+			return 0, err
+		}
+		defer l.Release(context.WithoutCancel(ctx))
+		var token int64
+		if fenced {
+			token = l.(sqlock.Fenced).Token()
+		}
+		return c.State.Apply(ctx, q, key, token)
+	}
+}
+
+// gate holds an operation between its read and its write: the first
+// ExecContext (Apply's UPDATE) closes held and waits for open, or the
+// context's end.
+type gate struct {
+	matrix.Querier
+	once       sync.Once
+	held, open chan struct{}
+}
+
+func newGate(q matrix.Querier) *gate {
+	return &gate{Querier: q, held: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	g.once.Do(func() {
+		close(g.held)
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+		}
+	})
+	return g.Querier.ExecContext(ctx, query, args...)
+}
+
+// secondHolder is the fault of a store that forgets a grant: holder A
+// takes the lock of one order and reads it (unpaid); inject runs; holder B
+// runs the whole operation on the same order; A writes what it read once B
+// has finished, or has sent three scripts while A holds (it is waiting,
+// as it must). Both orders of events are safe only if B could not get the
+// lock A holds: otherwise the order is charged twice.
+func secondHolder(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, a, b func(q matrix.Querier, h *countHook) matrix.Actor, inject func() error) error {
+	key := c.State.Key(0)
+	g := newGate(c.DB)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := f.Do(ctx, a(g, &countHook{rt: c.RoundTrips}), key)
+		aDone <- err
+	}()
+	select {
+	case <-g.held:
+	case err := <-aDone:
+		return fmt.Errorf("holder A ended before its write: %v", err)
+	case <-ctx.Done():
+		return fmt.Errorf("holder A never read: %w", ctx.Err())
+	}
+	err := inject()
+	bDone := make(chan struct{})
+	hb := &countHook{rt: c.RoundTrips, scripts: make(chan struct{}, 3)}
+	if err == nil {
+		go func() {
+			defer close(bDone)
+			f.Do(ctx, b(c.DB, hb), key)
+		}()
+	wait:
+		for tried := 0; tried < 3; {
+			select {
+			case <-bDone:
+				break wait
+			case <-hb.scripts:
+				tried++
+			case <-ctx.Done():
+				break wait
+			}
+		}
+	} else {
+		close(bDone)
+	}
+	close(g.open)
+	<-aDone
+	<-bDone
+	return err
+}
+
+// restartFault: of n servers, restarted of them are killed and started
+// again without persistence (what they held is gone) while A holds the
+// lock, then B tries. One server: B gets the lock A holds, A's token
+// (fenced) is no help, since B's counter restarted below it. Redlock over
+// five with one restarted: A still holds four, B waits.
+func restartFault(n, restarted int) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		servers := redistest.NewN(f.T, n, redistest.Options{})
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 2, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		fenced := n == 1
+		actor := func(q matrix.Querier, h *countHook) matrix.Actor {
+			return guarded(c, q, acquirer(f.T, servers, h, matrixTTL), fenced)
+		}
+		f.Note("%d of %d redis-server restarted (SIGKILL, no persistence) while holder A is between its read and its write; then holder B", restarted, n)
+		return secondHolder(ctx, f, c, actor, actor, func() error {
+			for _, s := range servers[:restarted] {
+				if err := s.Restart(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// failoverFault: a primary and its replica; the replica is cut off from
+// what the primary takes next (paused, its link dropped), the primary is
+// killed and the replica promoted while A holds the lock, then B tries on
+// the promoted replica. A's client follows the primary, as a Sentinel
+// client does, so its release reaches the promoted replica. Without
+// WithReplicas the cut comes before A's grant, which the replica never
+// receives: B gets the lock, with A's token. With WithReplicas(1) A's grant
+// waited for the replica's acknowledgement, the cut comes after it, and B
+// waits until A releases. B's Locker does not wait for replicas: the
+// promoted server has none left.
+func failoverFault(replicaWait bool) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		primary := redistest.New(f.T, redistest.Options{})
+		replica := redistest.New(f.T, redistest.Options{ReplicaOf: primary.Addr})
+		if err := primary.WaitReplicas(ctx, 1); err != nil {
+			return err
+		}
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 2, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		cut := func() error {
+			if err := replica.Pause(); err != nil {
+				return err
+			}
+			return primary.DropReplicas(ctx)
+		}
+		var opts []redislock.Option
+		if replicaWait {
+			opts = append(opts, redislock.WithReplicas(1, 500*time.Millisecond))
+			f.Note("WithReplicas(1, 500ms): A's grant acknowledged, then the replica cut off (paused, link dropped), the primary killed, the replica promoted; B on the promoted replica")
+		} else if err := cut(); err != nil {
+			return err
+		} else {
+			f.Note("the replica cut off (paused, link dropped) before A's grant, the primary killed, the replica promoted; B on the promoted replica")
+		}
+		var current atomic.Pointer[string]
+		current.Store(&primary.Addr)
+		a := func(q matrix.Querier, h *countHook) matrix.Actor {
+			follow := primary.Client(f.T, func(o *redis.Options) {
+				o.ContextTimeoutEnabled = true
+				o.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, network, *current.Load())
+				}
+			})
+			return guarded(c, q, acquirerOf([]redis.UniversalClient{follow}, h, matrixTTL, opts...), true)
+		}
+		b := func(q matrix.Querier, h *countHook) matrix.Actor {
+			return guarded(c, q, acquirer(f.T, []*redistest.Server{replica}, h, matrixTTL), true)
+		}
+		err = secondHolder(ctx, f, c, a, b, func() error {
+			if replicaWait {
+				if err := cut(); err != nil {
+					return err
+				}
+			}
+			if err := primary.Kill(); err != nil {
+				return err
+			}
+			if err := replica.Resume(); err != nil {
+				return err
+			}
+			if err := replica.Promote(ctx); err != nil {
+				return err
+			}
+			current.Store(&replica.Addr)
+			return nil
+		})
+		// Reachable again for whatever runs next (as an empty primary).
+		if serr := primary.Start(ctx); err == nil {
+			err = serr
+		}
+		return err
+	}
+}
+
+// holderConfig is what the paused holder, the test binary run again, is
+// told: the servers, the cell's database and tables, the order, its TTL.
+type holderConfig struct {
+	Addrs                 []string
+	DSN                   string
+	Workload              matrix.Workload
+	Schema, Items, Events string
+	Name, Key             string
+	TTL                   time.Duration
+	Fenced                bool
+}
+
+// pausedFault: holder A is another OS process (the test binary run again,
+// matrixHolder). It takes the lock with a short TTL, reads the order and,
+// before it writes, is stopped with SIGSTOP. B acquires once A's key has
+// expired on the servers and charges the order; A is continued and writes
+// what it read. Fenced, A's token is older than B's and PostgreSQL refuses
+// the write; unfenced (or Redlock, which has no token) the order is
+// charged twice: A does not check Lost between its read and its write,
+// which a check could not make safe anyway — a pause after the check is
+// the same fault.
+func pausedFault(n int, fenced bool) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		servers := redistest.NewN(f.T, n, redistest.Options{})
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 1, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		key := c.State.Key(0)
+		cfg := holderConfig{DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema, Items: c.State.Items,
+			Events: c.State.Events, Name: lockName(c, key), Key: key, TTL: 300 * time.Millisecond, Fenced: fenced}
+		for _, s := range servers {
+			cfg.Addrs = append(cfg.Addrs, s.Addr)
+		}
+		env, err := json.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMatrix$", "-test.count=1")
+		cmd.Env = append(os.Environ(), matrixHolderEnv+"="+string(env))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		lines := bufio.NewScanner(stdout)
+		said := func(prefix string) (string, error) {
+			for lines.Scan() {
+				if rest, ok := strings.CutPrefix(lines.Text(), prefix); ok {
+					return rest, nil
+				}
+			}
+			return "", fmt.Errorf("the paused holder never said %q: %v", prefix, lines.Err())
+		}
+		token, err := said("READ ")
+		if err != nil {
+			return err
+		}
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		// B waits for A's key to expire on the servers: that is the pause
+		// past the TTL, however long it takes here.
+		b := guarded(c, c.DB, acquirer(f.T, servers, &countHook{rt: c.RoundTrips}, matrixTTL), fenced)
+		_, berr := f.Do(ctx, b, key)
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(stdin, "write\n"); err != nil {
+			return err
+		}
+		result, err := said("RESULT ")
+		if err != nil {
+			return err
+		}
+		f.Note("A (pid %d, token %s, TTL %v) stopped with SIGSTOP between its read and its write; B charged the order (%v); A continued: %s",
+			cmd.Process.Pid, token, cfg.TTL, errOrOK(berr), result)
+		return nil
+	}
+}
+
+func errOrOK(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
+}
+
+// matrixHolder is the paused holder's process: it takes the lock, reads
+// the order, says "READ <token>" and waits at its write for a line on
+// stdin (its parent stops it, takes the lock and continues it meanwhile);
+// then it writes, fenced with its token or not, and says "RESULT …".
+func matrixHolder(env string) error {
+	var cfg holderConfig
+	if err := json.Unmarshal([]byte(env), &cfg); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	cs := make([]redis.UniversalClient, len(cfg.Addrs))
+	for i, a := range cfg.Addrs {
+		cs[i] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
+		defer cs[i].Close()
+	}
+	var locks sqlock.Acquirer
+	if len(cs) == 1 {
+		locks = redislock.New(cs[0]).Acquirer(cfg.TTL)
+	} else {
+		locks = redislock.NewRedlock(cs).Acquirer(cfg.TTL)
+	}
+	db, err := sql.Open("pgx", cfg.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	l, err := locks.Acquire(ctx, cfg.Name)
+	if err != nil {
+		return err
+	}
+	defer l.Release(ctx)
+	var token int64
+	if f, ok := l.(sqlock.Fenced); ok && cfg.Fenced {
+		token = f.Token()
+	}
+	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
+	g := newGate(db)
+	go func() {
+		<-g.held
+		fmt.Println("READ " + strconv.FormatInt(token, 10))
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		close(g.open)
+	}()
+	r, err := st.Apply(ctx, g, cfg.Key, token)
+	switch {
+	case errors.Is(err, matrix.ErrFenced):
+		fmt.Println("RESULT its write refused: ErrFenced")
+	case err != nil:
+		fmt.Println("RESULT " + err.Error())
+	case r == matrix.Done:
+		fmt.Println("RESULT it charged the order too")
+	default:
+		fmt.Println("RESULT refused")
+	}
+	return nil
+}
