@@ -216,6 +216,24 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return c.waitReady(ctx)
 }
 
+// Kill stops the server as a crash would — SIGQUIT, PostgreSQL's
+// immediate shutdown (pg_ctl stop -m immediate): every backend exits at
+// once, clients' connections break, no checkpoint is written (Start
+// replays the WAL) — and waits until it has exited.
+func (c *Cluster) Kill() error {
+	if !c.Owned() {
+		return ErrNotOwned
+	}
+	pid := c.PID()
+	if pid == 0 {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		return fmt.Errorf("pgtest: kill: %w", err)
+	}
+	return c.Stop() // the watchdog reaps it
+}
+
 // Restart stops and starts the server.
 func (c *Cluster) Restart(ctx context.Context) error {
 	if err := c.Stop(); err != nil {

@@ -45,7 +45,8 @@
 // wrote, and Lag reports the standby's flush lag in bytes.
 //
 // Fault levers: TerminateBackend works on any server the tests may
-// administer; Stop, Start and Restart only on a cluster this process owns,
-// and tests that use them should start a private one with StartCluster so
-// that other tests sharing a server are not disturbed.
+// administer; Stop, Kill (a crash: SIGQUIT), Start and Restart only on a
+// cluster this process owns, and tests that use them should start a
+// private one with StartCluster so that other tests sharing a server are
+// not disturbed.
 package pgtest

@@ -342,16 +342,7 @@ func (r *ReplicaSet) Lag(ctx context.Context) (int64, error) {
 // exit at once, clients' connections break, nothing more is sent to the
 // standby — and waits until it has exited. The primary is not started
 // again.
-func (r *ReplicaSet) KillPrimary() error {
-	pid := r.Primary.PID()
-	if pid == 0 {
-		return nil
-	}
-	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
-		return fmt.Errorf("pgtest: kill primary: %w", err)
-	}
-	return r.Primary.Stop() // the watchdog reaps it
-}
+func (r *ReplicaSet) KillPrimary() error { return r.Primary.Kill() }
 
 // Promote promotes the standby (pg_promote, waiting for the end of
 // recovery) and returns once it accepts writes.
