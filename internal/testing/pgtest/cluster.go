@@ -231,6 +231,13 @@ func (c *Cluster) Kill() error {
 	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
 		return fmt.Errorf("pgtest: kill: %w", err)
 	}
+	// Stop's SIGINT must not reach the postmaster first: it takes pending
+	// signals lowest first, and SIGINT begins a fast shutdown (backends
+	// told 57P01 "administrator command", a checkpoint). An immediate
+	// shutdown ends at once; the bound only spares a wedged server.
+	for end := time.Now().Add(30 * time.Second); serverproc.Alive(pid) && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	return c.Stop() // the watchdog reaps it
 }
 
