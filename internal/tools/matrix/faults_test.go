@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/testing/matrix"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
@@ -33,9 +35,10 @@ import (
 // process — this test binary run again as a child holding a lease —
 // stopped with SIGSTOP.
 //
-// A holder's stale write is placed between its read and its write by
-// construction (pauseBeforeWrite), so that each verdict follows from what
-// the mechanism does, not from the scheduler. The stale write itself is
+// A holder's pause, cut or partition is placed between its read and its
+// write by construction (pauseBeforeWrite), or before its guarded
+// transaction, so that each verdict follows from what the mechanism does,
+// not from the scheduler. The stale write itself is
 // not one of the run's operations: refused by a fence, it is what the
 // mechanism promises (and is noted); landed, it shows as the workload's
 // anomaly.
@@ -52,6 +55,7 @@ func init() {
 	pgFaults["advisory"] = append(pgFaults["advisory"], advisoryCut(), behindPgBouncer(matrix.Unavailable))
 	pgFaults["lease"] = append(pgFaults["lease"], pausedPastTTL(true), leasePartitioned(),
 		leaseFailover(true), leaseFailover(false))
+	pgFaults["lease+Guard"] = append(pgFaults["lease+Guard"], pausedFault(holderSpec{Guard: true}))
 	faultRows = append(faultRows, matrix.Row{
 		Mechanism: "lease (unfenced)", Group: "lock", Open: leaseUnfenced,
 		Faults: []matrix.Fault{pausedPastTTL(false)},
@@ -105,11 +109,8 @@ func (p *pauseBeforeWrite) ExecContext(ctx context.Context, query string, args .
 	return p.Querier.ExecContext(ctx, query, args...)
 }
 
-// stepped runs op — an operation whose Querier pauses before its write
-// with the pause it is given — in a goroutine, and returns once the
-// operation has read (ok) or has ended without a write to pause at (a
-// refusal, an error). resume lets the write go; wait returns the
-// operation's outcome.
+// stepped is an operation that step started and holds between its read
+// and its write; wait lets the write go and returns the outcome.
 type stepped struct {
 	read, resume chan struct{}
 	done         chan struct{}
@@ -117,6 +118,10 @@ type stepped struct {
 	err          error
 }
 
+// step runs op — an operation whose Querier pauses before its write with
+// the pause it is given — in a goroutine, and returns once it has read,
+// or an error if it ended without a write to pause at (a refusal, an
+// error).
 func step(ctx context.Context, op func(ctx context.Context, pause func(context.Context)) (matrix.Result, error)) (*stepped, error) {
 	s := &stepped{read: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -157,15 +162,18 @@ func via(c *matrix.Cell, dsn string) *matrix.Cell {
 	return &v
 }
 
-// staleWrite records how a stale holder's write ended: refused by the
-// fence (noted), landed (the workload's check counts it), or neither,
-// which means the fault was not made.
+// staleWrite records how a stale holder's write, sent after the next
+// holder's operation, ended: refused by the fence or the guard (noted), landed (noted;
+// the workload's check counts the anomaly it made), or neither, which
+// means the fault was not made.
 func staleWrite(f *matrix.FaultRun, who string, r matrix.Result, err error) error {
 	switch {
 	case errors.Is(err, matrix.ErrFenced):
 		f.Note("%s: its write was refused by the fence (ErrFenced)", who)
+	case errors.Is(err, lease.ErrLost):
+		f.Note("%s: its guarded transaction was refused (ErrLost)", who)
 	case err == nil && r == matrix.Done:
-		f.Note("%s: its write landed after the new holder's", who)
+		f.Note("%s: its write landed", who)
 	default:
 		return fmt.Errorf("%s: the stale write neither landed nor was fenced: %v, %v", who, r, err)
 	}
@@ -205,22 +213,24 @@ func leaseUnfenced(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(),
 // holderEnv carries a paused holder's spec (JSON) to the child process.
 const holderEnv = "SQLOCK_MATRIX_PAUSED_HOLDER"
 
-// holderSpec is what the paused holder does: take Lease on DSN for TTL,
-// apply one operation on Key of the state, its write fenced by the
-// lease's token or not, pausing between its read and its write.
+// holderSpec is what the paused holder does: take Lease on DSN for TTL
+// and apply one operation on Key of the state, pausing between its read
+// and its write, its write fenced by the lease's token or not; or, Guard,
+// pause first and then apply it in a transaction the lease guards
+// (BeginGuarded), as the lease+Guard row does.
 type holderSpec struct {
 	DSN, Lease, Key       string
 	TTL                   time.Duration
 	Workload              matrix.Workload
 	Schema, Items, Events string
-	Fenced                bool
+	Fenced, Guard         bool
 }
 
 // pausedHolder is the child process: it says "ACQUIRED <token>", reads,
-// says "READ" and waits for a line on stdin (its parent stops it with
+// says "PAUSE" and waits for a line on stdin (its parent stops it with
 // SIGSTOP meanwhile, and continues it before sending the line); then it
 // writes what it read, as a holder that slept through its TTL would, and
-// says "RESULT fenced|done|refused|error: …".
+// says "RESULT fenced|lost|done|refused|error: …".
 func pausedHolder(spec string) int {
 	var h holderSpec
 	if err := json.Unmarshal([]byte(spec), &h); err != nil {
@@ -229,11 +239,12 @@ func pausedHolder(spec string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db, err := matrix.OpenSQL(h.DSN, &matrix.RoundTrips{})
+	cfg, err := pgx.ParseConfig(h.DSN)
 	if err != nil {
 		fmt.Println(err)
 		return 2
 	}
+	db := txlock.OpenDB(*cfg) // BeginGuarded's handle
 	defer db.Close()
 	l, err := lease.New(db, lease.WithTimeout(time.Minute)).Acquire(ctx, h.Lease, h.TTL)
 	if err != nil {
@@ -242,23 +253,41 @@ func pausedHolder(spec string) int {
 	}
 	defer l.Release(ctx)
 	fmt.Printf("ACQUIRED %d\n", l.Token())
-	fence := int64(0)
-	if h.Fenced {
-		fence = l.Token()
-	}
 	in := bufio.NewReader(os.Stdin)
-	q := &pauseBeforeWrite{Querier: db, pause: func(context.Context) {
-		fmt.Println("READ")
+	pause := func(context.Context) {
+		fmt.Println("PAUSE")
 		in.ReadString('\n')
 		// Its connections may be to a server that is gone (a failover):
 		// the write goes where a pool's next connection goes.
 		flushIdle(db, 2)
-	}}
+	}
 	s := &matrix.State{Workload: h.Workload, Schema: h.Schema, Items: h.Items, Events: h.Events}
-	r, err := s.Apply(ctx, q, h.Key, fence)
+	var r matrix.Result
+	if h.Guard {
+		pause(ctx)
+		err = func() error {
+			tx, err := l.BeginGuarded(ctx, db, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if r, err = s.Apply(ctx, tx, h.Key, 0); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}()
+	} else {
+		fence := int64(0)
+		if h.Fenced {
+			fence = l.Token()
+		}
+		r, err = s.Apply(ctx, &pauseBeforeWrite{Querier: db, pause: pause}, h.Key, fence)
+	}
 	switch {
 	case errors.Is(err, matrix.ErrFenced):
 		fmt.Println("RESULT fenced")
+	case errors.Is(err, lease.ErrLost):
+		fmt.Println("RESULT lost")
 	case err != nil:
 		fmt.Println("RESULT error:", strings.ReplaceAll(err.Error(), "\n", " "))
 	case r == matrix.Refused:
@@ -319,17 +348,19 @@ func (p *holderProc) expect(prefix string) (string, error) {
 	return rest, nil
 }
 
-// pausedRound is one paused holder on key of c: it takes the lease the
-// row's actors take for key (TTL ttl), reads, and is stopped (SIGSTOP);
+// pausedRound is one paused holder (spec) on key of c: it takes the
+// lease the row's actors take for key, reaches its pause (after its read,
+// or before its guarded transaction), and is stopped (SIGSTOP);
 // during the pause meanwhile runs (a failover, say) and then next's actor
 // — the row's next holder — does the operation on key, which it can only
 // do once the paused holder's lease has expired on the server. Then the
-// holder is continued and writes what it read before the pause: after the
-// next holder's write, by construction.
-func pausedRound(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, dsn, key string, ttl time.Duration, fenced bool,
+// holder is continued and writes: after the next holder's write, by
+// construction.
+func pausedRound(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, spec holderSpec, key string,
 	meanwhile func() error, next func() (matrix.Actor, error)) error {
-	h, err := startHolder(ctx, f.T, holderSpec{DSN: dsn, Lease: c.State.Schema + ":" + key, Key: key, TTL: ttl,
-		Workload: c.State.Workload, Schema: c.State.Schema, Items: c.State.Items, Events: c.State.Events, Fenced: fenced})
+	spec.Lease, spec.Key = c.State.Schema+":"+key, key
+	spec.Workload, spec.Schema, spec.Items, spec.Events = c.State.Workload, c.State.Schema, c.State.Items, c.State.Events
+	h, err := startHolder(ctx, f.T, spec)
 	if err != nil {
 		return err
 	}
@@ -337,7 +368,7 @@ func pausedRound(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, dsn, k
 	if err != nil {
 		return err
 	}
-	if _, err := h.expect("READ"); err != nil {
+	if _, err := h.expect("PAUSE"); err != nil {
 		return err
 	}
 	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -367,6 +398,8 @@ func pausedRound(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, dsn, k
 	switch res {
 	case "fenced":
 		return staleWrite(f, who, 0, matrix.ErrFenced)
+	case "lost":
+		return staleWrite(f, who, 0, lease.ErrLost)
 	case "done":
 		return staleWrite(f, who, matrix.Done, nil)
 	}
@@ -378,10 +411,18 @@ func pausedRound(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, dsn, k
 // lease (which the server gives only once the paused one's TTL has run
 // out) and written; continued, it writes what it read. Fenced by its
 // token, the write is refused (ErrFenced): safe. Unfenced it lands on top
-// of the next holder's: a double charge, by construction.
+// of the next holder's: a double charge, by construction. (lease+Guard's
+// form, pausedFault with Guard: paused before its guarded transaction, the
+// holder's BEGIN is refused with ErrLost.)
 func pausedPastTTL(fenced bool) matrix.Fault {
+	return pausedFault(holderSpec{Fenced: fenced})
+}
+
+// pausedFault is pausedPastTTL for the holder spec describes (fenced,
+// unfenced or guarded).
+func pausedFault(spec holderSpec) matrix.Fault {
 	name, expect := "holder paused past TTL (fenced)", matrix.Safe
-	if !fenced {
+	if !spec.Fenced && !spec.Guard {
 		name, expect = "holder paused past TTL (unfenced)", matrix.Unsafe
 	}
 	return matrix.Fault{Name: name, Expect: expect, Run: func(ctx context.Context, f *matrix.FaultRun) error {
@@ -395,14 +436,20 @@ func pausedPastTTL(fenced bool) matrix.Fault {
 		if err != nil {
 			return err
 		}
-		ttl := holderTTL(db)
+		spec.DSN, spec.TTL = db.DSN, holderTTL(db)
 		for i := range rounds {
 			next := func() (matrix.Actor, error) { return actors[0], nil }
-			if err := pausedRound(ctx, f, c, db.DSN, c.State.Key(i), ttl, fenced, nil, next); err != nil {
+			if err := pausedRound(ctx, f, c, spec, c.State.Key(i), nil, next); err != nil {
 				return err
 			}
 		}
-		f.Note("the holder is a child process stopped with SIGSTOP between its read and its write (lease TTL %v) until the next holder has written; %d round(s)", ttl, rounds)
+		where := "between its read and its write"
+		if spec.Guard {
+			// Inside the guarded transaction the lease cannot be taken
+			// over: a pause there makes the next holder wait, no more.
+			where = "before its guarded transaction"
+		}
+		f.Note("the holder is a child process stopped with SIGSTOP %s (lease TTL %v) until the next holder has written; %d round(s)", where, spec.TTL, rounds)
 		return nil
 	}}
 }
@@ -457,8 +504,8 @@ func leaseFailover(synchronous bool) matrix.Fault {
 			return actors[0], nil
 		}
 		ttl := holderTTL(db)
-		key := c.State.Key(ops)
-		if err := pausedRound(ctx, f, c, db.DSN, key, ttl, true, failover, next); err != nil {
+		spec := holderSpec{DSN: db.DSN, TTL: ttl, Fenced: true}
+		if err := pausedRound(ctx, f, c, spec, c.State.Key(ops), failover, next); err != nil {
 			return err
 		}
 		f.Load(ctx, c, actors, ops) // the load goes on, on the promoted standby
