@@ -47,7 +47,8 @@ func init() {
 		// This binary was started as the paused holder of a fault.
 		os.Exit(pausedHolder(spec))
 	}
-	for _, m := range []string{"versioned+retry", "gormplugin+retry", "CAS", "DoOptimistic", "by hand: UPDATE … WHERE version"} {
+	for _, m := range []string{"versioned+retry", "gormplugin+retry", "CAS", "DoOptimistic", "by hand: UPDATE … WHERE version",
+		"by hand: pg_advisory_xact_lock", "idem"} {
 		pgFaults[m] = append(pgFaults[m], storeKilled())
 	}
 	pgFaults["versioned+retry"] = append(pgFaults["versioned+retry"], behindPgBouncer(matrix.Safe))
@@ -55,7 +56,8 @@ func init() {
 	pgFaults["advisory"] = append(pgFaults["advisory"], advisoryCut(), behindPgBouncer(matrix.Unavailable))
 	pgFaults["lease"] = append(pgFaults["lease"], pausedPastTTL(true), leasePartitioned(),
 		leaseFailover(true), leaseFailover(false))
-	pgFaults["lease+Guard"] = append(pgFaults["lease+Guard"], pausedFault(holderSpec{Guard: true}))
+	pgFaults["lease"] = append(pgFaults["lease"], behindPgBouncer(matrix.Safe))
+	pgFaults["lease+Guard"] = append(pgFaults["lease+Guard"], pausedFault(holderSpec{Guard: true}), behindPgBouncer(matrix.Safe))
 	faultRows = append(faultRows, matrix.Row{
 		Mechanism: "lease (unfenced)", Group: "lock", Open: leaseUnfenced,
 		Faults: []matrix.Fault{pausedPastTTL(false)},
@@ -580,9 +582,13 @@ func leasePartitioned() matrix.Fault {
 // storeKilled: the load runs on a private cluster, which is stopped hard
 // (SIGQUIT, PostgreSQL's immediate shutdown: a crash) mid-load; an
 // operation of each contender runs while it is down, then it is started
-// again (WAL replayed) and the load goes on. The mechanisms keep their
-// state in committed rows only, so nothing is lost or doubled: the
-// operations fail while the store is down (unavailable), and no anomaly.
+// again (WAL replayed) and the load goes on. The rows it is attached to
+// keep all they decide in the transaction of the write (a version, a
+// transaction-scoped lock, idem's claim), which the crash commits or rolls
+// back whole, so nothing is lost or doubled: the operations fail while
+// the store is down (unavailable), and no anomaly. (A session lock or a
+// lease outlives its holder's failed operation, so theirs is another
+// fault.)
 func storeKilled() matrix.Fault {
 	return matrix.Fault{Name: "store killed", Expect: matrix.Unavailable, Run: func(ctx context.Context, f *matrix.FaultRun) error {
 		contenders, ops, _ := sizes(f.Mode)
@@ -771,7 +777,8 @@ func advisoryCut() matrix.Fault {
 
 // behindPgBouncer runs the row's load through PgBouncer in transaction
 // mode (default_query_exec_mode=exec: PgBouncer 1.18 has no prepared
-// statements). A transaction-scoped mechanism works there (safe); a
+// statements). A transaction-scoped mechanism works there, and so does a
+// lease, whose every statement stands alone (its waiters poll): safe. A
 // session lock cannot, and advisory refuses every call with an error
 // matching sqlock.ErrUnsupported (unavailable) rather than lock nothing.
 func behindPgBouncer(expect matrix.Verdict) matrix.Fault {
