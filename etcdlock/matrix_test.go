@@ -1,0 +1,465 @@
+package etcdlock_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/etcdlock"
+	"github.com/sqlock/sqlock/etcdlock/internal/etcdtest"
+	"github.com/sqlock/sqlock/internal/testing/matrix"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
+)
+
+// matrixHolderEnv makes TestMatrix, in the test binary run again, the
+// paused holder of a fault (matrixHolder) instead of the matrix.
+const matrixHolderEnv = "ETCDLOCK_MATRIX_HOLDER"
+
+// matrixTTL outlasts any operation of a cell and any fault's holder that
+// is not meant to expire; shortTTL is the shortest lease a member grants
+// (etcdtest), for a holder whose expiry is the fault.
+const (
+	matrixTTL = 30 * time.Second
+	shortTTL  = 2 * time.Second
+)
+
+// TestMatrix is etcdlock's part of make matrix (internal/testing/matrix):
+// the lock on the three-member cluster the package's tests share, its
+// token (the key's create revision) fencing the workload's write, on the
+// grid MATRIX names, and the faults of issue 37 an etcd lock meets: the
+// leader killed, the quorum lost, the holder partitioned from the cluster
+// by a proxy, and the holder, a real OS process, stopped with SIGSTOP past
+// its lease.
+func TestMatrix(t *testing.T) {
+	if cfg := os.Getenv(matrixHolderEnv); cfg != "" {
+		if err := matrixHolder(cfg); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	shared := strings.Split(os.Getenv("ETCD_ENDPOINTS"), ",")
+	matrix.Run(t,
+		matrix.Row{Mechanism: "etcdlock", Group: "lock", Workloads: matrix.Workloads,
+			Open: etcdOpen(shared, true),
+			Faults: []matrix.Fault{
+				{Name: "etcd leader killed", Expect: matrix.Safe, Run: leaderKilled},
+				{Name: "etcd quorum lost", Expect: matrix.Unavailable, Run: quorumLost},
+				{Name: "partitioned by proxy", Expect: matrix.Safe, Run: partitioned},
+				{Name: "holder paused past TTL (fenced)", Expect: matrix.Safe, Run: pausedFault(shared, true)},
+			}},
+		matrix.Row{Mechanism: "etcdlock (unfenced)", Group: "lock",
+			Open: etcdOpen(shared, false),
+			Faults: []matrix.Fault{
+				{Name: "holder paused past TTL (unfenced)", Expect: matrix.Unsafe, Run: pausedFault(shared, false)},
+			}},
+	)
+}
+
+// countedOn is a client of endpoints whose every request is counted on rt:
+// each unary call, and each message sent on a stream (keepalives, watches).
+func countedOn(t testing.TB, rt *matrix.RoundTrips, endpoints ...string) *clientv3.Client {
+	cfg := etcdtest.Config(endpoints...)
+	cfg.DialOptions = append(cfg.DialOptions,
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			rt.Add(1)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return matrixStream{s, rt}, nil
+		}))
+	cl, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+type matrixStream struct {
+	grpc.ClientStream
+	rt *matrix.RoundTrips
+}
+
+func (s matrixStream) SendMsg(m any) error {
+	s.rt.Add(1)
+	return s.ClientStream.SendMsg(m)
+}
+
+// locker is etcdlock's Acquirer on a counted client of endpoints, waiting
+// as long as a fault may need.
+func locker(t testing.TB, rt *matrix.RoundTrips, ttl time.Duration, endpoints ...string) sqlock.Acquirer {
+	return etcdlock.New(countedOn(t, rt, endpoints...), etcdlock.WithTimeout(time.Minute)).Acquirer(ttl)
+}
+
+// etcdOpen is a row's Open: every contender's operation is guarded by a
+// lock on the cluster of endpoints, fenced with its token or not.
+func etcdOpen(endpoints []string, fenced bool) func(context.Context, *matrix.Cell) ([]matrix.Actor, func(), error) {
+	return func(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
+		locks := locker(c.T, c.RoundTrips, matrixTTL, endpoints...)
+		actors := make([]matrix.Actor, c.Contenders)
+		for i := range actors {
+			actors[i] = guarded(c, c.DB, locks, fenced)
+		}
+		return actors, nil, nil
+	}
+}
+
+// lockName is the lock of key on c: cells never share one.
+func lockName(c *matrix.Cell, key string) string { return "matrix:" + c.State.Schema + ":" + key }
+
+// guarded is one operation: the workload's unguarded body (State.Apply)
+// on q under the lock of key, its write fenced with the lock's token when
+// fenced. The release's error is not the operation's: the write has
+// happened or not by then, and the workload's check says which.
+func guarded(c *matrix.Cell, q matrix.Querier, locks sqlock.Acquirer, fenced bool) matrix.ActorFunc {
+	return func(ctx context.Context, key string) (matrix.Result, error) {
+		l, err := locks.Acquire(ctx, lockName(c, key))
+		if err != nil {
+			return 0, err
+		}
+		defer l.Release(context.WithoutCancel(ctx))
+		var token int64
+		if fenced {
+			token = l.(sqlock.Fenced).Token()
+		}
+		return c.State.Apply(ctx, q, key, token)
+	}
+}
+
+// gate holds an operation between its read and its write: the first
+// ExecContext (Apply's UPDATE) closes held and waits for open, or the
+// context's end.
+type gate struct {
+	matrix.Querier
+	once       sync.Once
+	held, open chan struct{}
+}
+
+func newGate(q matrix.Querier) *gate {
+	return &gate{Querier: q, held: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	g.once.Do(func() {
+		close(g.held)
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+		}
+	})
+	return g.Querier.ExecContext(ctx, query, args...)
+}
+
+// holding starts a's operation on key and returns once it holds the lock
+// and has read the item; write lets it write, and wait waits for its end
+// and returns its error. recorded makes it one of the fault's operations;
+// otherwise it is the fault itself — a holder whose write the fence is to
+// refuse — and what it did goes in a note.
+func holding(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, a func(q matrix.Querier) matrix.Actor, key string, recorded bool) (write func(), wait func() error, err error) {
+	g := newGate(c.DB)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		if recorded {
+			_, err = f.Do(ctx, a(g), key)
+		} else {
+			_, err = a(g).Op(ctx, key)
+		}
+		done <- err
+	}()
+	var once sync.Once
+	write = func() { once.Do(func() { close(g.open) }) }
+	wait = func() error {
+		write()
+		return <-done
+	}
+	select {
+	case <-g.held:
+		return write, wait, nil
+	case err := <-done:
+		return nil, nil, fmt.Errorf("holder A ended before its write: %v", err)
+	case <-ctx.Done():
+		wait()
+		return nil, nil, fmt.Errorf("holder A never read: %w", ctx.Err())
+	}
+}
+
+// leaderKilled: A holds an order's lock and has read it, two waiters
+// queue behind it; the leader is killed. Once the two members left agree
+// on a new leader, A writes and releases, and the waiters are served in
+// turn, each finding the order charged. No operation fails: the cluster
+// is unavailable while it elects (measured, in the note), and the locks
+// wait it out.
+func leaderKilled(ctx context.Context, f *matrix.FaultRun) error {
+	cluster := etcdtest.New(f.T, 3)
+	c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 3, matrix.HotKey, 1)
+	if err != nil {
+		return err
+	}
+	key := c.State.Key(0)
+	actor := func(q matrix.Querier) matrix.Actor {
+		return guarded(c, q, locker(f.T, c.RoundTrips, 10*time.Second, cluster.Endpoints()...), true)
+	}
+	_, wait, err := holding(ctx, f, c, actor, key, true)
+	if err != nil {
+		return err
+	}
+	watcher := cluster.Client(f.T)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { f.Do(ctx, actor(c.DB), key) })
+		waitKeys(f.T.(*testing.T), watcher, lockName(c, key), int64(i+2))
+	}
+	old, err := cluster.Leader(ctx)
+	if err == nil {
+		err = old.Kill()
+	}
+	killed := time.Now()
+	var leader *etcdtest.Member
+	if err == nil {
+		leader, err = cluster.Leader(ctx)
+	}
+	elected := time.Since(killed)
+	wait()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	f.Note("the leader (%s) killed while A held the order's lock and 2 waiters queued; %s elected after %v; A wrote, then the waiters were served",
+		old.Name, leader.Name, elected.Round(time.Millisecond))
+	return old.Start(ctx)
+}
+
+// quorumLost: A holds an order's lock and has read it; two of three
+// members are killed. B's Acquire of the same order fails typed
+// (ErrTimeout at its bound): nothing can be granted. A writes (no one
+// else can hold the lock; no lease expires without a leader). The members
+// come back; B waits out A's lease and finds the order charged.
+func quorumLost(ctx context.Context, f *matrix.FaultRun) error {
+	cluster := etcdtest.New(f.T, 3)
+	c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 2, matrix.HotKey, 1)
+	if err != nil {
+		return err
+	}
+	key := c.State.Key(0)
+	a := func(q matrix.Querier) matrix.Actor {
+		return guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, cluster.Endpoints()...), true)
+	}
+	write, wait, err := holding(ctx, f, c, a, key, true)
+	if err != nil {
+		return err
+	}
+	for _, m := range cluster.Members[1:] {
+		if err = m.Kill(); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		waiter := etcdlock.New(countedOn(f.T, c.RoundTrips, cluster.Endpoints()...), etcdlock.WithTimeout(2*time.Second)).Acquirer(shortTTL)
+		_, berr := f.Do(ctx, guarded(c, c.DB, waiter, true), key)
+		f.Note("2 of 3 members killed while A held the order's lock; B's Acquire: %v", berr)
+	}
+	write() // its Release waits for the members, which come back now
+	if serr := cluster.StartAll(ctx); err == nil {
+		err = serr
+	}
+	wait()
+	if err != nil {
+		return err
+	}
+	_, err = f.Do(ctx, a(c.DB), key)
+	return err
+}
+
+// partitioned: A's client reaches the cluster through a proxy to one
+// member. A holds an order's lock (a 2 s lease) and has read it; the proxy
+// stalls. The cluster expires A's lease; B, a client of every member, gets
+// the lock with a greater token and charges the order. The partition
+// heals; A's write, fenced, is refused by PostgreSQL.
+func partitioned(ctx context.Context, f *matrix.FaultRun) error {
+	cluster := etcdtest.New(f.T, 3)
+	c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 2, matrix.HotKey, 1)
+	if err != nil {
+		return err
+	}
+	key := c.State.Key(0)
+	p := pgtest.StartTCPProxy(f.T, strings.TrimPrefix(cluster.Members[0].ClientURL, "http://"))
+	a := func(q matrix.Querier) matrix.Actor {
+		return guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, "http://"+p.Addr()), true)
+	}
+	_, wait, err := holding(ctx, f, c, a, key, false)
+	if err != nil {
+		return err
+	}
+	p.Stall()
+	b := guarded(c, c.DB, locker(f.T, c.RoundTrips, matrixTTL, cluster.Endpoints()...), true)
+	_, berr := f.Do(ctx, b, key)
+	p.Resume()
+	aerr := wait()
+	f.Note("A's client through a proxy to one member, stalled while A held the order's lock (lease %v) and had read it; B, once the lease expired: %v; A's write once the partition healed: %v",
+		shortTTL, errOrOK(berr), errOrOK(aerr))
+	return nil
+}
+
+func errOrOK(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
+}
+
+// holderConfig is what the paused holder, the test binary run again, is
+// told: the cluster, the cell's database and tables, the order, its TTL.
+type holderConfig struct {
+	Endpoints             []string
+	DSN                   string
+	Workload              matrix.Workload
+	Schema, Items, Events string
+	Name, Key             string
+	TTL                   time.Duration
+	Fenced                bool
+}
+
+// pausedFault: holder A is another OS process (the test binary run again,
+// matrixHolder). It takes the lock with the shortest lease, reads the
+// order and, before it writes, is stopped with SIGSTOP. B acquires once
+// the cluster has expired A's lease and charges the order; A is continued
+// and writes what it read. Fenced, A's token is older than B's and
+// PostgreSQL refuses the write; unfenced the order is charged twice: A
+// does not check Lost between its read and its write, which a check could
+// not make safe anyway — a pause after the check is the same fault.
+func pausedFault(endpoints []string, fenced bool) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 1, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		key := c.State.Key(0)
+		cfg := holderConfig{Endpoints: endpoints, DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema,
+			Items: c.State.Items, Events: c.State.Events, Name: lockName(c, key), Key: key, TTL: shortTTL, Fenced: fenced}
+		env, err := json.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMatrix$", "-test.count=1")
+		cmd.Env = append(os.Environ(), matrixHolderEnv+"="+string(env))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		lines := bufio.NewScanner(stdout)
+		said := func(prefix string) (string, error) {
+			for lines.Scan() {
+				if rest, ok := strings.CutPrefix(lines.Text(), prefix); ok {
+					return rest, nil
+				}
+			}
+			return "", fmt.Errorf("the paused holder never said %q: %v", prefix, lines.Err())
+		}
+		token, err := said("READ ")
+		if err != nil {
+			return err
+		}
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		// B waits for the cluster to expire A's lease: that is the pause
+		// past the TTL, however long it takes here.
+		b := guarded(c, c.DB, locker(f.T, c.RoundTrips, matrixTTL, endpoints...), fenced)
+		_, berr := f.Do(ctx, b, key)
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(stdin, "write\n"); err != nil {
+			return err
+		}
+		result, err := said("RESULT ")
+		if err != nil {
+			return err
+		}
+		f.Note("A (pid %d, token %s, lease %v) stopped with SIGSTOP between its read and its write; B charged the order (%v); A continued: %s",
+			cmd.Process.Pid, token, cfg.TTL, errOrOK(berr), result)
+		return nil
+	}
+}
+
+// matrixHolder is the paused holder's process: it takes the lock, reads
+// the order, says "READ <token>" and waits at its write for a line on
+// stdin (its parent stops it, takes the lock and continues it meanwhile);
+// then it writes, fenced with its token or not, and says "RESULT …".
+func matrixHolder(env string) error {
+	var cfg holderConfig
+	if err := json.Unmarshal([]byte(env), &cfg); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	cl, err := clientv3.New(etcdtest.Config(cfg.Endpoints...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	db, err := sql.Open("pgx", cfg.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	l, err := etcdlock.New(cl).Acquire(ctx, cfg.Name, cfg.TTL)
+	if err != nil {
+		return err
+	}
+	defer l.Release(ctx)
+	var token int64
+	if cfg.Fenced {
+		token = l.Token()
+	}
+	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
+	g := newGate(db)
+	go func() {
+		<-g.held
+		fmt.Println("READ " + strconv.FormatInt(l.Token(), 10))
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		close(g.open)
+	}()
+	r, err := st.Apply(ctx, g, cfg.Key, token)
+	switch {
+	case errors.Is(err, matrix.ErrFenced):
+		fmt.Println("RESULT its write refused: ErrFenced")
+	case err != nil:
+		fmt.Println("RESULT " + err.Error())
+	case r == matrix.Done:
+		fmt.Println("RESULT it charged the order too")
+	default:
+		fmt.Println("RESULT refused")
+	}
+	return nil
+}
