@@ -165,9 +165,9 @@ func via(c *matrix.Cell, dsn string) *matrix.Cell {
 }
 
 // staleWrite records how a stale holder's write, sent after the next
-// holder's operation, ended: refused by the fence or the guard (noted), landed (noted;
-// the workload's check counts the anomaly it made), or neither, which
-// means the fault was not made.
+// holder's operation, ended: refused by the fence or the guard (noted),
+// landed (noted; the workload's check counts the anomaly it made), or
+// neither, which means the fault was not made.
 func staleWrite(f *matrix.FaultRun, who string, r matrix.Result, err error) error {
 	switch {
 	case errors.Is(err, matrix.ErrFenced):
@@ -513,7 +513,7 @@ func leaseFailover(synchronous bool) matrix.Fault {
 		f.Load(ctx, c, actors, ops) // the load goes on, on the promoted standby
 		f.Note("the paused holder (lease TTL %v) read on the primary; the primary was stopped hard (SIGQUIT) with the standby %d bytes behind and the standby promoted; the next holder took the lease there", ttl, lag)
 		if !synchronous {
-			f.Note("not asserted: with asynchronous replication a grant the standby had not received is lost with the primary, and the next holder's token need not be greater than the paused holder's; this run's lag is above")
+			f.Note("not asserted: asynchronous replication loses with the primary what the standby had not received; a grant younger than the lag is lost, and then the next holder's token need not be greater; here the primary died after the holder's pause began, by when the standby usually has its grant (lag above); lease's TestFailoverWithAsynchronousReplicationMeasuresTheWindow measures the window under load")
 		}
 		return nil
 	}}
