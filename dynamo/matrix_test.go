@@ -1,0 +1,583 @@
+package dynamo_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/sqlock/sqlock"
+	"github.com/sqlock/sqlock/dynamo"
+	"github.com/sqlock/sqlock/dynamo/internal/dynamotest"
+	"github.com/sqlock/sqlock/internal/testing/matrix"
+	"github.com/sqlock/sqlock/internal/testing/pgtest"
+)
+
+// matrixHolderEnv makes TestMatrix, in the test binary run again, the
+// paused holder of a fault (matrixHolder) instead of the matrix.
+const matrixHolderEnv = "DYNAMO_MATRIX_HOLDER"
+
+// matrixTTL outlasts any operation of a cell and any fault's holder that
+// is not meant to expire; shortTTL is a holder's whose expiry is the fault
+// (a waiter takes over once it has watched the lock unchanged for it).
+const (
+	matrixTTL = 30 * time.Second
+	shortTTL  = 500 * time.Millisecond
+)
+
+// TestMatrix is the dynamo module's part of make matrix
+// (internal/testing/matrix), on the test binary's dynalite server: the
+// conditional write (CompareAndSwap on the item's quantity, the workload's
+// state kept in DynamoDB) and the lock (its token fencing the workload's
+// write in PostgreSQL), on the grid MATRIX names, and the faults of issue
+// 37 they meet: the lock's holder partitioned from DynamoDB by a proxy, and
+// the holder, a real OS process, stopped with SIGSTOP past its TTL, fenced
+// and not; for the swap, the writer partitioned between its read and its
+// write.
+func TestMatrix(t *testing.T) {
+	if cfg := os.Getenv(matrixHolderEnv); cfg != "" {
+		if err := matrixHolder(cfg); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	srv := dynamotest.Shared(t)
+	locks := lockTable(t, srv.Client(nil))
+	matrix.Run(t,
+		matrix.Row{Mechanism: "dynamo CAS", Group: "optimistic", Workloads: matrix.Workloads,
+			Open: casOpen(srv), Check: casCheck(srv),
+			Faults: []matrix.Fault{
+				{Name: "partitioned by proxy", Expect: matrix.Safe, Run: casPartitioned(srv)},
+			}},
+		matrix.Row{Mechanism: "dynamo lock", Group: "lock", Workloads: matrix.Workloads,
+			Open: lockOpen(srv, locks, true),
+			Faults: []matrix.Fault{
+				{Name: "partitioned by proxy", Expect: matrix.Safe, Run: lockPartitioned(srv, locks)},
+				{Name: "holder paused past TTL (fenced)", Expect: matrix.Safe, Run: pausedFault(srv, locks, true)},
+			}},
+		matrix.Row{Mechanism: "dynamo lock (unfenced)", Group: "lock",
+			Open: lockOpen(srv, locks, false),
+			Faults: []matrix.Fault{
+				{Name: "holder paused past TTL (unfenced)", Expect: matrix.Unsafe, Run: pausedFault(srv, locks, false)},
+			}},
+	)
+}
+
+// countOn makes a client count every request it sends (each attempt of
+// the SDK's retryer) on rt, with the SDK's own extension point: a
+// middleware of the finalize step.
+func countOn(rt *matrix.RoundTrips) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("matrix", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				rt.Add(1)
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+		})
+	}
+}
+
+// through is a client option that sends every request to endpoint (a
+// proxy) instead of the server's.
+func through(endpoint string) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) }
+}
+
+func options(fs ...func(*dynamodb.Options)) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		for _, f := range fs {
+			f(o)
+		}
+	}
+}
+
+// casTable is the DynamoDB table of a cell's items: the State's keys and
+// quantities, seeded from PostgreSQL, written by the swaps.
+func casTable(c *matrix.Cell) string { return "matrix-" + c.State.Schema }
+
+// casOpen is the swap row's Open: the cell's items copied into a table of
+// their own (not counted: before the load), then every contender's
+// operation is casOp on a counted client.
+func casOpen(srv *dynamotest.Server) func(context.Context, *matrix.Cell) ([]matrix.Actor, func(), error) {
+	return func(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
+		if err := seed(ctx, srv.Client(nil), c); err != nil {
+			return nil, nil, err
+		}
+		cl := srv.Client(countOn(c.RoundTrips))
+		tbl := dynamo.NewTable(cl, casTable(c), "key")
+		actors := make([]matrix.Actor, c.Contenders)
+		for i := range actors {
+			actors[i] = matrix.ActorFunc(func(ctx context.Context, key string) (matrix.Result, error) {
+				return casOp(ctx, c, cl, tbl, key, nil)
+			})
+		}
+		return actors, nil, nil
+	}
+}
+
+// seed creates c's table and writes every item of c's State into it, 25
+// to a request, from 8 goroutines; the table is deleted when c's test
+// ends.
+func seed(ctx context.Context, cl *dynamodb.Client, c *matrix.Cell) error {
+	name := casTable(c)
+	_, err := cl.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("key"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("key"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		return err
+	}
+	c.T.Cleanup(func() {
+		cl.DeleteTable(context.WithoutCancel(ctx), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	if err := dynamotest.WaitActive(ctx, cl, name); err != nil {
+		return err
+	}
+	rows, err := c.DB.QueryContext(ctx, "SELECT key, qty FROM "+c.State.Items)
+	if err != nil {
+		return err
+	}
+	var batches [][]types.WriteRequest
+	var batch []types.WriteRequest
+	for rows.Next() {
+		var key string
+		var qty int64
+		if err := rows.Scan(&key, &qty); err != nil {
+			rows.Close()
+			return err
+		}
+		batch = append(batch, types.WriteRequest{PutRequest: &types.PutRequest{Item: map[string]types.AttributeValue{
+			"key": &types.AttributeValueMemberS{Value: key}, "qty": &types.AttributeValueMemberN{Value: strconv.FormatInt(qty, 10)}}}})
+		if len(batch) == 25 {
+			batches, batch = append(batches, batch), nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		batches = append(batches, batch)
+	}
+	work := make(chan []types.WriteRequest)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for b := range work {
+				for len(b) > 0 {
+					out, err := cl.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{name: b}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					b = out.UnprocessedItems[name]
+				}
+			}
+		})
+	}
+	for _, b := range batches {
+		select {
+		case work <- b:
+		case err := <-errs:
+			close(work)
+			wg.Wait()
+			return err
+		}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// casOp is one operation as the conditional write makes it: a consistent
+// read of the item's quantity, refused at 0, then CompareAndSwap of the
+// quantity read for one less, read again when another swap won; the event
+// recorded in PostgreSQL after the swap that won. between, when not nil,
+// runs between each read and its swap (a fault's lever).
+func casOp(ctx context.Context, c *matrix.Cell, cl *dynamodb.Client, tbl *dynamo.Table, key string, between func()) (matrix.Result, error) {
+	for {
+		out, err := cl.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(tbl.Name()), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"key": &types.AttributeValueMemberS{Value: key}}})
+		if err != nil {
+			return 0, err
+		}
+		qty, err := quantity(out.Item)
+		if err != nil {
+			return 0, err
+		}
+		it := matrix.Item{Key: key, Qty: qty}
+		next, ok := it.Next()
+		if !ok {
+			return matrix.Refused, nil
+		}
+		if between != nil {
+			between()
+		}
+		won, err := tbl.CompareAndSwap(ctx, dynamo.Key{key}, []dynamo.Pair{dynamo.Eq("qty", qty)}, dynamo.Set("qty", next))
+		if err != nil {
+			return 0, err
+		}
+		if won {
+			return matrix.Done, c.State.Record(ctx, c.DB, key, 0)
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func quantity(item map[string]types.AttributeValue) (int64, error) {
+	v, ok := item["qty"].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("item %v has no quantity", item)
+	}
+	return strconv.ParseInt(v.Value, 10, 64)
+}
+
+// casCheck is the swap row's Check: the quantities DynamoDB ended with
+// copied into the State's items, then the workload's own check (a double
+// charge, an oversold seat, a decrement the quantity does not show).
+func casCheck(srv *dynamotest.Server) func(context.Context, *matrix.Cell) (int, string, error) {
+	return func(ctx context.Context, c *matrix.Cell) (int, string, error) {
+		cl := srv.Client(nil)
+		var keys []string
+		var qtys []int64
+		p := dynamodb.NewScanPaginator(cl, &dynamodb.ScanInput{TableName: aws.String(casTable(c)), ConsistentRead: aws.Bool(true)})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				return 0, "", err
+			}
+			for _, item := range page.Items {
+				k, _ := item["key"].(*types.AttributeValueMemberS)
+				qty, err := quantity(item)
+				if err != nil || k == nil {
+					return 0, "", fmt.Errorf("item %v: %v", item, err)
+				}
+				keys, qtys = append(keys, k.Value), append(qtys, qty)
+			}
+		}
+		if _, err := c.DB.ExecContext(ctx, "UPDATE "+c.State.Items+
+			" i SET qty = v.qty FROM unnest($1::text[], $2::bigint[]) v(key, qty) WHERE i.key = v.key", keys, qtys); err != nil {
+			return 0, "", err
+		}
+		return c.State.Check(ctx)
+	}
+}
+
+// casPartitioned: writer A's client reaches the server through a proxy.
+// A reads an order (unpaid); the proxy stalls, and A's swap waits in it;
+// B, on a client of its own, charges the order; the partition heals and
+// A's swap reaches the server after B's: refused by its condition, A reads
+// again and finds the order charged.
+func casPartitioned(srv *dynamotest.Server) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 2, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		if err := seed(ctx, srv.Client(nil), c); err != nil {
+			return err
+		}
+		p := pgtest.StartTCPProxy(f.T, strings.TrimPrefix(srv.Endpoint, "http://"))
+		acl := srv.Client(options(countOn(c.RoundTrips), through("http://"+p.Addr())))
+		bcl := srv.Client(countOn(c.RoundTrips))
+		key := c.State.Key(0)
+		read := make(chan struct{})
+		var once sync.Once
+		a := matrix.ActorFunc(func(ctx context.Context, key string) (matrix.Result, error) {
+			return casOp(ctx, c, acl, dynamo.NewTable(acl, casTable(c), "key"), key, func() {
+				once.Do(func() {
+					p.Stall()
+					close(read)
+				})
+			})
+		})
+		done := make(chan struct{})
+		var ar matrix.Result
+		var aerr error
+		go func() {
+			defer close(done)
+			ar, aerr = f.Do(ctx, a, key)
+		}()
+		select {
+		case <-read:
+		case <-done:
+			return errors.New("writer A ended before its swap")
+		}
+		_, berr := f.Do(ctx, matrix.ActorFunc(func(ctx context.Context, key string) (matrix.Result, error) {
+			return casOp(ctx, c, bcl, dynamo.NewTable(bcl, casTable(c), "key"), key, nil)
+		}), key)
+		p.Resume()
+		<-done
+		outcome := "charged the order"
+		if ar == matrix.Refused {
+			outcome = "found the order charged"
+		}
+		f.Note("A's client through a proxy, stalled between A's read and its swap; B charged the order (%s); the partition healed, A's swap lost and A, reading again, %s (%s)",
+			errOrOK(berr), outcome, errOrOK(aerr))
+		return nil
+	}
+}
+
+// lockOpen is the lock row's Open: every contender's operation is guarded
+// by a lock of the table locks, fenced with its token or not.
+func lockOpen(srv *dynamotest.Server, locks string, fenced bool) func(context.Context, *matrix.Cell) ([]matrix.Actor, func(), error) {
+	return func(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
+		acq := locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL)
+		actors := make([]matrix.Actor, c.Contenders)
+		for i := range actors {
+			actors[i] = guarded(c, c.DB, acq, fenced)
+		}
+		return actors, nil, nil
+	}
+}
+
+func locker(cl *dynamodb.Client, locks string, ttl time.Duration) sqlock.Acquirer {
+	return dynamo.NewLocker(cl, locks, dynamo.WithTimeout(time.Minute)).Acquirer(ttl)
+}
+
+// lockName is the lock of key on c: cells never share one.
+func lockName(c *matrix.Cell, key string) string { return "matrix:" + c.State.Schema + ":" + key }
+
+// guarded is one operation: the workload's unguarded body (State.Apply)
+// on q under the lock of key, its write fenced with the lock's token when
+// fenced. The release's error is not the operation's: the write has
+// happened or not by then, and the workload's check says which.
+func guarded(c *matrix.Cell, q matrix.Querier, locks sqlock.Acquirer, fenced bool) matrix.ActorFunc {
+	return func(ctx context.Context, key string) (matrix.Result, error) {
+		l, err := locks.Acquire(ctx, lockName(c, key))
+		if err != nil {
+			return 0, err
+		}
+		defer l.Release(context.WithoutCancel(ctx))
+		var token int64
+		if fenced {
+			token = l.(sqlock.Fenced).Token()
+		}
+		return c.State.Apply(ctx, q, key, token)
+	}
+}
+
+// gate holds an operation between its read and its write: the first
+// ExecContext (Apply's UPDATE) closes held and waits for open, or the
+// context's end.
+type gate struct {
+	matrix.Querier
+	once       sync.Once
+	held, open chan struct{}
+}
+
+func newGate(q matrix.Querier) *gate {
+	return &gate{Querier: q, held: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	g.once.Do(func() {
+		close(g.held)
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+		}
+	})
+	return g.Querier.ExecContext(ctx, query, args...)
+}
+
+// lockPartitioned: holder A's client reaches the server through a proxy.
+// A holds an order's lock (a short TTL) and has read the order; the proxy
+// stalls, so A's renewals stop. B, having watched the lock unchanged for
+// A's TTL, takes it over with a greater token and charges the order; the
+// partition heals; A's write, fenced, is refused by PostgreSQL. A is the
+// fault, not one of its operations: what it did is in the note.
+func lockPartitioned(srv *dynamotest.Server, locks string) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 2, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		p := pgtest.StartTCPProxy(f.T, strings.TrimPrefix(srv.Endpoint, "http://"))
+		key := c.State.Key(0)
+		g := newGate(c.DB)
+		a := guarded(c, g, locker(srv.Client(options(countOn(c.RoundTrips), through("http://"+p.Addr()))), locks, shortTTL), true)
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := a(ctx, key)
+			aDone <- err
+		}()
+		select {
+		case <-g.held:
+		case err := <-aDone:
+			return fmt.Errorf("holder A ended before its write: %v", err)
+		}
+		p.Stall()
+		_, berr := f.Do(ctx, guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), true), key)
+		p.Resume()
+		close(g.open)
+		aerr := <-aDone
+		f.Note("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it; B, once it had watched the lock unchanged for the TTL: %s; A's write once the partition healed: %s",
+			shortTTL, errOrOK(berr), errOrOK(aerr))
+		return nil
+	}
+}
+
+func errOrOK(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
+}
+
+// holderConfig is what the paused holder, the test binary run again, is
+// told: the server and lock table, the cell's database and tables, the
+// order, its TTL.
+type holderConfig struct {
+	Endpoint, Locks       string
+	DSN                   string
+	Workload              matrix.Workload
+	Schema, Items, Events string
+	Name, Key             string
+	TTL                   time.Duration
+	Fenced                bool
+}
+
+// pausedFault: holder A is another OS process (the test binary run again,
+// matrixHolder). It takes the lock with a short TTL, reads the order and,
+// before it writes, is stopped with SIGSTOP. B, once it has watched the
+// lock unchanged for A's TTL, takes it over and charges the order; A is
+// continued and writes what it read. Fenced, A's token is older than B's
+// and PostgreSQL refuses the write; unfenced the order is charged twice: A
+// does not check Lost between its read and its write, which a check could
+// not make safe anyway — a pause after the check is the same fault.
+func pausedFault(srv *dynamotest.Server, locks string, fenced bool) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 1, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		key := c.State.Key(0)
+		cfg := holderConfig{Endpoint: srv.Endpoint, Locks: locks, DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema,
+			Items: c.State.Items, Events: c.State.Events, Name: lockName(c, key), Key: key, TTL: shortTTL, Fenced: fenced}
+		env, err := json.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMatrix$", "-test.count=1")
+		cmd.Env = append(os.Environ(), matrixHolderEnv+"="+string(env))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		lines := bufio.NewScanner(stdout)
+		said := func(prefix string) (string, error) {
+			for lines.Scan() {
+				if rest, ok := strings.CutPrefix(lines.Text(), prefix); ok {
+					return rest, nil
+				}
+			}
+			return "", fmt.Errorf("the paused holder never said %q: %v", prefix, lines.Err())
+		}
+		token, err := said("READ ")
+		if err != nil {
+			return err
+		}
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		// B waits until it has watched A's lock unchanged for A's TTL: that
+		// is the pause past the TTL, however long it takes here.
+		b := guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), fenced)
+		_, berr := f.Do(ctx, b, key)
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(stdin, "write\n"); err != nil {
+			return err
+		}
+		result, err := said("RESULT ")
+		if err != nil {
+			return err
+		}
+		f.Note("A (pid %d, token %s, TTL %v) stopped with SIGSTOP between its read and its write; B took the lock over and charged the order (%s); A continued: %s",
+			cmd.Process.Pid, token, cfg.TTL, errOrOK(berr), result)
+		return nil
+	}
+}
+
+// matrixHolder is the paused holder's process: it takes the lock, reads
+// the order, says "READ <token>" and waits at its write for a line on
+// stdin (its parent stops it, takes the lock and continues it meanwhile);
+// then it writes, fenced with its token or not, and says "RESULT …".
+func matrixHolder(env string) error {
+	var cfg holderConfig
+	if err := json.Unmarshal([]byte(env), &cfg); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	db, err := matrix.OpenSQL(cfg.DSN, &matrix.RoundTrips{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	l, err := dynamo.NewLocker(dynamodb.New(dynamotest.ClientOptions(cfg.Endpoint)), cfg.Locks).Acquire(ctx, cfg.Name, cfg.TTL)
+	if err != nil {
+		return err
+	}
+	defer l.Release(ctx)
+	var token int64
+	if cfg.Fenced {
+		token = l.Token()
+	}
+	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
+	g := newGate(db)
+	go func() {
+		<-g.held
+		fmt.Println("READ " + strconv.FormatInt(l.Token(), 10))
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		close(g.open)
+	}()
+	r, err := st.Apply(ctx, g, cfg.Key, token)
+	switch {
+	case errors.Is(err, matrix.ErrFenced):
+		fmt.Println("RESULT its write refused: ErrFenced")
+	case err != nil:
+		fmt.Println("RESULT " + err.Error())
+	case r == matrix.Done:
+		fmt.Println("RESULT it charged the order too")
+	default:
+		fmt.Println("RESULT refused")
+	}
+	return nil
+}
