@@ -63,11 +63,13 @@ func TestMatrix(t *testing.T) {
 				{Name: "primary failover", Expect: matrix.Unsafe, Run: failoverFault(false)},
 				{Name: "primary failover + replica wait", Expect: matrix.Safe, Run: failoverFault(true)},
 				{Name: "holder paused past TTL (fenced)", Expect: matrix.Safe, Run: pausedFault(1, true)},
+				{Name: "partitioned by proxy", Expect: matrix.Safe, Run: partitionedFault(true)},
 			}},
 		matrix.Row{Mechanism: "redislock (unfenced)", Group: "lock",
 			Open: redisOpen(on([]*redistest.Server{one}), false),
 			Faults: []matrix.Fault{
 				{Name: "holder paused past TTL (unfenced)", Expect: matrix.Unsafe, Run: pausedFault(1, false)},
+				{Name: "partitioned by proxy", Expect: matrix.Unsafe, Run: partitionedFault(false)},
 			}},
 		matrix.Row{Mechanism: "Redlock-5", Group: "lock", Workloads: matrix.Workloads,
 			Open: redisOpen(on(five), false),
@@ -344,6 +346,53 @@ func failoverFault(replicaWait bool) func(context.Context, *matrix.FaultRun) err
 			err = serr
 		}
 		return err
+	}
+}
+
+// partitionedFault: holder A's client reaches the server through
+// pgtest's TCP proxy. A holds an order's lock (a short TTL) and has read
+// the order; the proxy stalls, so A's renewals stop and its key expires on
+// the server. B, on a client of its own, gets the lock and charges the
+// order; the partition heals and A writes what it read: fenced, its token
+// is older than B's and PostgreSQL refuses the write; unfenced, the order
+// is charged twice. A is the fault, not one of its operations: what it did
+// is in the note.
+func partitionedFault(fenced bool) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		s := redistest.New(f.T, redistest.Options{})
+		p := pgtest.StartTCPProxy(f.T, s.Addr)
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 2, matrix.HotKey, 1)
+		if err != nil {
+			return err
+		}
+		const ttl = 300 * time.Millisecond
+		proxied := s.Client(f.T, func(o *redis.Options) {
+			o.Addr = p.Addr()
+			o.ContextTimeoutEnabled = true
+		})
+		key := c.State.Key(0)
+		g := newGate(c.DB)
+		a := guarded(c, g, acquirerOf([]redis.UniversalClient{proxied}, &countHook{rt: c.RoundTrips}, ttl), fenced)
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := a(ctx, key)
+			aDone <- err
+		}()
+		select {
+		case <-g.held:
+		case err := <-aDone:
+			return fmt.Errorf("holder A ended before its write: %v", err)
+		}
+		p.Stall()
+		// B waits for A's key to expire on the server, however long that
+		// takes here.
+		_, berr := f.Do(ctx, guarded(c, c.DB, acquirer(f.T, []*redistest.Server{s}, &countHook{rt: c.RoundTrips}, matrixTTL), fenced), key)
+		p.Resume()
+		close(g.open)
+		aerr := <-aDone
+		f.Note("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it; B: %s; A's write once the partition healed: %s",
+			ttl, errOrOK(berr), errOrOK(aerr))
+		return nil
 	}
 }
 
