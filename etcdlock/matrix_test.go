@@ -439,14 +439,17 @@ func matrixHolder(env string) error {
 	}
 	defer l.Release(ctx)
 	var token int64
+	shown := strconv.FormatInt(l.Token(), 10)
 	if cfg.Fenced {
 		token = l.Token()
+	} else {
+		shown += ", not written"
 	}
 	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
 	g := newGate(db)
 	go func() {
 		<-g.held
-		fmt.Println("READ " + strconv.FormatInt(l.Token(), 10))
+		fmt.Println("READ " + shown)
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		close(g.open)
 	}()

@@ -525,14 +525,20 @@ func matrixHolder(env string) error {
 	}
 	defer l.Release(ctx)
 	var token int64
-	if f, ok := l.(sqlock.Fenced); ok && cfg.Fenced {
-		token = f.Token()
+	shown := "none (Redlock)"
+	if f, ok := l.(sqlock.Fenced); ok {
+		shown = strconv.FormatInt(f.Token(), 10)
+		if cfg.Fenced {
+			token = f.Token()
+		} else {
+			shown += ", not written"
+		}
 	}
 	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
 	g := newGate(db)
 	go func() {
 		<-g.held
-		fmt.Println("READ " + strconv.FormatInt(token, 10))
+		fmt.Println("READ " + shown)
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		close(g.open)
 	}()
