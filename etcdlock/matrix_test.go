@@ -218,7 +218,7 @@ func leaderKilled(ctx context.Context, f *matrix.FaultRun) error {
 	}
 	key := c.State.Key(0)
 	actor := func(q matrix.Querier) matrix.Actor {
-		return guarded(c, q, locker(f.T, c.RoundTrips, 10*time.Second, cluster.Endpoints()...), true)
+		return guarded(c, q, locker(f.T, c.RoundTrips, matrixTTL, cluster.Endpoints()...), true)
 	}
 	_, wait, err := holding(ctx, f, c, actor, key, true)
 	if err != nil {
