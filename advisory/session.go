@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sqlock/sqlock/internal/pgcancel"
 )
 
 // A backend hands out pinned connections: *sql.DB (any PostgreSQL driver)
@@ -256,33 +258,33 @@ func (s pgxSession) wait(ctx context.Context, deadline time.Time, grace time.Dur
 
 // waitWithCancelRequest runs query on c, whose read deadline is set, under
 // a context that ctx's cancellation does not end. On that cancellation it
-// sends the server a cancel request and moves the read deadline to grace
-// from then, so the wait ends on the server: cutting the statement on the
-// client instead closes the connection, and its backend stays queued for
-// the lock until the server notices — granted it meanwhile, it holds the
-// lock ahead of live callers. requested reports that the request went out;
-// it has been acknowledged when this returns, so it cannot reach a later
-// statement of a direct connection (a pooler may forward it later: the
-// caller does not pool a connection whose request the statement did not
-// answer).
+// sends the server cancel requests (pgcancel.Until), so the wait ends on
+// the server: cutting the statement on the client instead closes the
+// connection, and its backend stays queued for the lock until the server
+// notices — granted it meanwhile, it holds the lock ahead of live callers.
+// Only a server that does not answer within grace has the statement cut
+// (its read deadline moved to now). requested reports that a request went
+// out; every one has been acknowledged when this returns, so none can
+// reach a later statement of a direct connection (a pooler may forward one
+// later: the caller does not pool a connection whose request the
+// statement did not answer).
 func waitWithCancelRequest(ctx context.Context, c *pgx.Conn, grace time.Duration, query string) (requested bool, err error) {
 	if ctx.Done() == nil {
 		_, err = c.Exec(ctx, query)
 		return false, err
 	}
-	acked := make(chan struct{})
+	ended, acked := make(chan struct{}), make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(acked)
-		end := time.Now().Add(grace)
-		c.PgConn().Conn().SetReadDeadline(end)
-		rctx, cancel := context.WithDeadline(context.Background(), end)
-		defer cancel()
-		c.PgConn().CancelRequest(rctx)
+		if !pgcancel.Until(c.PgConn(), ended, grace) {
+			c.PgConn().Conn().SetReadDeadline(time.Now())
+		}
 	})
 	_, err = c.Exec(context.WithoutCancel(ctx), query)
 	if stop() {
 		return false, err
 	}
+	close(ended)
 	<-acked
 	return true, err
 }

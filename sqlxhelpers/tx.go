@@ -54,11 +54,38 @@ func Do(ctx context.Context, db Beginner, key advisory.Key, fn func(ctx context.
 		pool = d.Conn
 	}
 	return lockedtx.Run(ctx, pool, key, func(ctx context.Context, a *lockedtx.Attempt) (*sqlx.Tx, lockedtx.Tx, bool, error) {
-		tx, folded, err := lockedtx.BeginSQL(ctx, a, db.BeginTxx)
+		// The attempt's statements run on a known connection where it
+		// can: a cancellation's cancel requests go to its backend (see
+		// lockedtx.Attempt.NeedsConn).
+		var c *sql.Conn
+		begin := db.BeginTxx
+		switch d := db.(type) {
+		case *sqlx.DB:
+			if a.NeedsConn(d.DB) {
+				pinned, err := d.Connx(a.Context())
+				if err != nil {
+					return nil, nil, false, err
+				}
+				if err := a.RunsOn(pinned.Conn); err != nil {
+					pinned.Close()
+					return nil, nil, false, err
+				}
+				c, begin = pinned.Conn, pinned.BeginTxx
+			}
+		case *sqlx.Conn:
+			if a.Context().Done() == nil {
+				break
+			}
+			if err := a.RunsOn(d.Conn); err != nil {
+				return nil, nil, false, err
+			}
+		}
+		tx, folded, err := lockedtx.BeginSQL(ctx, a, begin)
 		if err != nil {
+			a.Unpin(c)
 			return nil, nil, false, err
 		}
-		return tx, lockedtx.SQLTx(tx.Tx), folded, nil
+		return tx, a.ConnTx(tx.Tx, c), folded, nil
 	}, fn, opts)
 }
 

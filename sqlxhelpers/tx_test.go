@@ -270,3 +270,83 @@ func TestLockedTxNestedSamePool(t *testing.T) {
 		}
 	})
 }
+
+// TestLockedTxCancelledWaitLeavesTheQueue: Do cancelled while its lock
+// waits behind a holder returns only once the server has left the wait (a
+// cancel request to the connection's backend), on a *sqlx.DB and (pgx) on
+// a *sqlx.Conn: right after it returns no backend waits for the key, and once
+// the holder releases, the key is free at once. A connection closed
+// mid-wait would leave its backend queued, to take the lock ahead of live
+// callers.
+func TestLockedTxCancelledWaitLeavesTheQueue(t *testing.T) {
+	drivers(t, accountsDDL, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		conn, err := db.Connx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		holder, err := db.Connx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close()
+		key := advisory.KeyOf("queue")
+		k := string(key.AppendArgs(nil))
+		count := func(q string) int {
+			var n int
+			if err := db.GetContext(ctx, &n, q); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		queued := func() int {
+			return count(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)
+		}
+		handles := []sqlxhelpers.Beginner{db, conn}
+		if db.DriverName() != "pgx" {
+			// database/sql discards a lib/pq connection whose transaction's
+			// context ended (lib/pq has ended the wait with its own cancel
+			// request): a *sqlx.Conn does not outlive its first cancelled
+			// Do there.
+			handles = handles[:1]
+		}
+		for _, on := range handles {
+			for round := range 5 {
+				if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_lock("+k+")"); err != nil {
+					t.Fatal(err)
+				}
+				cctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() {
+					done <- sqlxhelpers.Do(cctx, on, key, func(context.Context, *sqlx.Tx) error { return nil },
+						txlock.WithTimeout(time.Hour), txlock.WithoutRetry())
+				}()
+				for queued() == 0 {
+					select {
+					case err := <-done:
+						t.Fatalf("%T round %d: Do returned before its lock waited: %v", on, round, err)
+					case <-time.After(2 * time.Millisecond):
+					}
+				}
+				cancel()
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Fatalf("%T round %d: cancelled Do: %v, want context.Canceled", on, round, err)
+				}
+				if n := queued(); n != 0 {
+					t.Fatalf("%T round %d: %d backends still queued after the cancelled Do returned", on, round, n)
+				}
+				if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_unlock("+k+")"); err != nil {
+					t.Fatal(err)
+				}
+				var free bool
+				if err := db.GetContext(ctx, &free, "SELECT pg_try_advisory_lock("+k+") AND pg_advisory_unlock("+k+")"); err != nil {
+					t.Fatal(err)
+				}
+				if !free {
+					t.Fatalf("%T round %d: the key is held by someone right after the holder released it", on, round)
+				}
+			}
+		}
+	})
+}

@@ -3,6 +3,7 @@ package txlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -130,4 +131,69 @@ func callLatency(t *testing.T, be backend, fn func(context.Context, q) error) ti
 	}
 	slices.Sort(d[:])
 	return d[len(d)/2]
+}
+
+// TestCancelledWaitLeavesTheQueue: a locked transaction whose caller
+// cancels while its lock waits behind a holder returns only once the server
+// has left the wait. A connection closed mid-wait (what database/sql does
+// to a transaction whose context ends, and pgx's default to a statement)
+// leaves its backend queued until the server notices; granted the lock
+// meanwhile, that orphan holds it ahead of live callers. Right after the
+// cancelled call returns no backend waits for the key, once the holder
+// releases the key is free at once, and the handle goes on serving.
+func TestCancelledWaitLeavesTheQueue(t *testing.T) {
+	const rounds = 10
+	db := pgtest.New(t)
+	admin := db.Pool()
+	queued := func(key advisory.Key) int {
+		c, o, s := key.Locktag()
+		var n int
+		if err := admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND NOT granted AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3`, int64(c), int64(o), int16(s)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, be := range backends(t, db) {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := context.Background()
+			for i := range rounds {
+				key := advisory.KeyOf(fmt.Sprintf("queue-%s-%d", be.name, i))
+				h := holdLocks(t, db, false, key)
+				cctx, cancel := context.WithCancel(ctx)
+				ran := false
+				done := make(chan error, 1)
+				go func() {
+					done <- be.do(cctx, []advisory.Key{key}, func(context.Context, q) error { ran = true; return nil },
+						txlock.WithTimeout(time.Hour), txlock.WithoutRetry())
+				}()
+				waitForWaiter(t, admin, key)
+				cancel()
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Fatalf("round %d: cancelled call: %v, want context.Canceled", i, err)
+				}
+				if ran {
+					t.Fatalf("round %d: fn ran for a cancelled call", i)
+				}
+				if n := queued(key); n != 0 {
+					t.Fatalf("round %d: %d backends still queued for the key after the cancelled call returned", i, n)
+				}
+				h.release()
+				var free bool
+				k := string(key.AppendArgs(nil))
+				if err := admin.QueryRow(ctx, "SELECT pg_try_advisory_lock("+k+")").Scan(&free); err != nil {
+					t.Fatal(err)
+				}
+				if !free {
+					t.Fatalf("round %d: the key is held by someone right after the holder released it", i)
+				}
+				if _, err := admin.Exec(ctx, "SELECT pg_advisory_unlock("+k+")"); err != nil {
+					t.Fatal(err)
+				}
+				if err := be.do(ctx, []advisory.Key{key}, func(context.Context, q) error { return nil }); err != nil {
+					t.Fatalf("round %d: the next call on the handle: %v", i, err)
+				}
+			}
+		})
+	}
 }

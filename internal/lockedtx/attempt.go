@@ -30,6 +30,35 @@ type Attempt struct {
 	// fold is the state of the request to fold the locks into a
 	// database/sql BEGIN (see foldRequest in fold.go).
 	fold txbatch.Fold
+	// tc is the attempt's transaction context (nil for an attempt Run did
+	// not start).
+	tc *txContext
+}
+
+// runsOn records c as the connection the attempt's statements run on, for
+// the cancel requests a cancellation of the caller's context sends (see
+// txContext.follow). It fails when that cancellation has already come:
+// then nothing may be sent.
+func (a *Attempt) runsOn(c *pgx.Conn) error {
+	if a.tc == nil || a.ctx.Done() == nil {
+		return nil
+	}
+	a.tc.mu.Lock()
+	defer a.tc.mu.Unlock()
+	if a.tc.interrupted {
+		return a.ctx.Err()
+	}
+	a.tc.conn = c
+	return nil
+}
+
+// settle ends the step in flight on the attempt's connection before the
+// connection goes back to its pool: no cancel request is left in flight to
+// reach its next user (see txContext.settle).
+func (a *Attempt) settle() {
+	if a.tc != nil {
+		a.tc.settle()
+	}
 }
 
 // Number is the 1-based attempt number.

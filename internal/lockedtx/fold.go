@@ -41,10 +41,14 @@ var errHeldElsewhere = errors.New("txlock: advisory lock held elsewhere")
 func BeginPgx(ctx context.Context, conn *pgx.Conn, a *Attempt) (tx pgx.Tx, folded bool, err error) {
 	o := a.cfg.PgxOpts
 	if o.BeginQuery != "" {
+		if err := a.runsOn(conn); err != nil {
+			return nil, false, err
+		}
 		a.useConn(conn)
 		sent := time.Now()
 		tx, err := conn.BeginTx(ctx, o)
 		if err != nil {
+			a.settle()
 			txbatch.AbortBegin(ctx, conn)
 			return nil, false, err
 		}
@@ -61,6 +65,9 @@ func BeginPgx(ctx context.Context, conn *pgx.Conn, a *Attempt) (tx pgx.Tx, folde
 // transaction is left open (abortBegin); when the caller's deadline leaves
 // no time to wait (errNoTime), nothing is sent.
 func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions) (pgx.Tx, error) {
+	if err := a.runsOn(conn); err != nil {
+		return nil, err
+	}
 	a.useConn(conn)
 	if !a.bind() {
 		return nil, errNoTime
@@ -100,6 +107,7 @@ func beginBatch(ctx context.Context, conn *pgx.Conn, a *Attempt, o pgx.TxOptions
 		err = cerr
 	}
 	if err != nil {
+		a.settle() // no cancel request may reach the ROLLBACK
 		txbatch.AbortBegin(ctx, conn)
 		txbatch.ForgetVanished(ctx, conn, b, err)
 		return nil, err

@@ -9,10 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/heldkeys"
+	"github.com/sqlock/sqlock/internal/pgcancel"
 	"github.com/sqlock/sqlock/internal/pgerror"
 	"github.com/sqlock/sqlock/internal/txbatch"
 	"github.com/sqlock/sqlock/internal/waitbound"
@@ -164,6 +167,7 @@ func (r *runner[T]) attempt(ctx context.Context, n int) error {
 	}
 	t := newTxContext(ctx)
 	defer t.cancel()
+	a.tc = t
 	start := time.Now()
 	v, tx, err := r.lock(t, a, start)
 	if err != nil {
@@ -183,19 +187,26 @@ func (r *runner[T]) lock(t *txContext, a *Attempt, start time.Time) (v T, tx Tx,
 	if !a.bind() { // the deadline is too close for any wait: nothing is sent
 		return v, nil, r.lockFailed(a, start, errNoTime)
 	}
-	disarm := t.follow()
+	t.follow()
 	v, tx, folded, err := r.begin(t.ctx, a)
 	if err == nil && tx == nil {
 		err = errors.New("txlock: BeginFunc returned no Tx")
 	}
 	if err != nil {
-		disarm()
+		t.settle()
 		return v, nil, r.lockFailed(a, start, err)
 	}
 	if !folded {
 		err = lockAfterBegin(t.ctx, tx, a)
 	}
-	disarm()
+	if t.settle() && pgerror.Code(err) != pgerror.QueryCanceled {
+		// A cancel request went out, and the statement ended otherwise
+		// (the lock was granted first): a pooler could still forward the
+		// request to the connection's next statement, so the connection
+		// is not used again. Closing it ends the transaction and its
+		// locks on the server.
+		t.closeConn()
+	}
 	if err == nil {
 		err = a.ctx.Err()
 	}
@@ -236,20 +247,27 @@ func (r *runner[T]) run(ctx context.Context, a *Attempt, tx Tx, v T, wait time.D
 	return err
 }
 
-// commit sends COMMIT. Like the lock wait, it is not cut by the deadline
-// (only by a cancellation, or waitbound.Grace past the deadline): cut, its
-// outcome would be unknown and the connection lost; let through, it says
-// which. A COMMIT error that leaves the outcome unknown becomes an
-// *AmbiguousCommitError.
+// commit sends COMMIT. Like the lock wait, it is not cut by the deadline,
+// and a cancellation ends it on the server (see follow): cut, its outcome
+// would be unknown and the connection lost; ended by the server, it says
+// which. A COMMIT error that leaves the outcome unknown (the connection
+// lost, or a server that did not answer the cancellation within
+// waitbound.Grace) becomes an *AmbiguousCommitError.
 func (r *runner[T]) commit(t *txContext, a *Attempt, tx Tx, locked time.Time) error {
-	disarm := t.follow()
+	t.follow()
 	ended := time.Now()
 	err := tx.Commit(t.ctx)
-	disarm()
+	t.settle()
 	if err == nil {
 		a.released(locked, ended)
 	}
-	if err != nil && pgerror.CommitAmbiguous(err) {
+	switch {
+	case err != nil && a.ctx.Err() != nil && pgerror.Code(err) == pgerror.QueryCanceled:
+		// The caller's cancellation ended COMMIT on the server (a cancel
+		// request, see follow), which rolled the transaction back: the
+		// outcome is known.
+		err = fmt.Errorf("%w: COMMIT cancelled on the server, nothing committed: %w", a.ctx.Err(), err)
+	case err != nil && pgerror.CommitAmbiguous(err):
 		err = &AmbiguousCommitError{Err: err}
 	}
 	r.released(a, locked, err)
@@ -350,6 +368,16 @@ type txContext struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	caller context.Context
+
+	// settle ends the step follow armed; nil when none is armed.
+	settleFn func() (requested bool)
+
+	mu sync.Mutex
+	// conn is the attempt's pgx connection once the BeginFunc has it
+	// (Attempt.runsOn): where a cancellation's cancel requests go.
+	conn *pgx.Conn
+	// interrupted: the caller's cancellation came; no statement may start.
+	interrupted bool
 }
 
 func newTxContext(caller context.Context) *txContext {
@@ -360,43 +388,90 @@ func newTxContext(caller context.Context) *txContext {
 	return &txContext{ctx: ctx, cancel: cancel, caller: caller}
 }
 
-// follow makes the transaction's context follow the caller's and returns
-// the function that stops it. A cancellation ends it at once. The deadline
-// does not: the lock wait's bound ends before it (Attempt.bind), on the
-// server, which answers 55P03 and keeps the connection, where a statement
-// cut by the context costs the connection (pgx closes it; the next call
-// dials a new one). Only waitbound.Grace after the deadline — a server
-// that does not answer — is the statement cut.
-func (t *txContext) follow() (disarm func()) {
-	ctx, tcancel := t.caller, t.cancel
+// follow makes the transaction's context follow the caller's until settle.
+//
+// A cancellation ends the step on the server: cancel requests to the
+// connection's backend (pgcancel.Until) end the lock wait with 57014 on a
+// connection that stays sound. Cutting the statement instead — ending the
+// context, on which database/sql and pgx close the connection — leaves the
+// backend queued for the lock until the server notices, and granted the
+// lock meanwhile it holds it ahead of live callers. The context is ended
+// only when no pgx connection is known (lib/pq sends its own request and
+// waits for the answer) or the server does not answer within
+// waitbound.Grace.
+//
+// The deadline does not end the step: the lock wait's bound ends before it
+// (Attempt.bind), on the server, which answers 55P03 and keeps the
+// connection. Only waitbound.Grace after the deadline — a server that does
+// not answer — is the statement cut.
+func (t *txContext) follow() {
+	ctx := t.caller
 	if ctx.Done() == nil {
-		return func() {}
+		return
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		stop := context.AfterFunc(ctx, tcancel)
-		return func() { stop() }
-	}
-	var mu sync.Mutex
+	ended, done := make(chan struct{}), make(chan struct{})
 	var grace *time.Timer
-	stopped := false
+	requested := false
 	stop := context.AfterFunc(ctx, func() {
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			tcancel()
+		defer close(done)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			grace = time.AfterFunc(waitbound.Grace, t.cancel)
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			grace = time.AfterFunc(waitbound.Grace, tcancel)
+		conn := t.interrupt()
+		if conn == nil {
+			t.cancel()
+			return
+		}
+		requested = true
+		if !pgcancel.Until(conn.PgConn(), ended, waitbound.Grace) {
+			t.cancel()
 		}
 	})
-	return func() {
-		stop()
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
+	t.settleFn = func() bool {
+		if !stop() {
+			close(ended)
+			<-done
+		}
 		if grace != nil {
 			grace.Stop()
 		}
+		return requested
 	}
+}
+
+// settle ends the step follow armed, once its statement has returned and
+// before the connection goes back to a pool: it waits for the cancel
+// requests in flight to be acknowledged. It reports whether one went out.
+func (t *txContext) settle() (requested bool) {
+	if t.settleFn == nil {
+		return false
+	}
+	requested = t.settleFn()
+	t.settleFn = nil
+	return requested
+}
+
+// interrupt records the caller's cancellation and returns the connection
+// to send cancel requests to, nil if none is known yet (then the step is
+// cut: nothing was sent on it, and runsOn refuses to send anything).
+func (t *txContext) interrupt() *pgx.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.interrupted = true
+	return t.conn
+}
+
+// closeConn closes the attempt's pgx connection: its pool (database/sql's,
+// pgxpool's) then discards it.
+func (t *txContext) closeConn() {
+	t.mu.Lock()
+	c := t.conn
+	t.mu.Unlock()
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), txbatch.CleanupTimeout)
+	defer cancel()
+	c.Close(ctx)
 }
