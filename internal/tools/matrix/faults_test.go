@@ -36,7 +36,7 @@ import (
 // stopped with SIGSTOP.
 //
 // A holder's pause, cut or partition is placed between its read and its
-// write by construction (pauseBeforeWrite), or before its guarded
+// write by construction (matrix.PauseBeforeWrite), or before its guarded
 // transaction, so that each verdict follows from what the mechanism does,
 // not from the scheduler. The stale write itself is
 // not one of the run's operations: refused by a fence, it is what the
@@ -96,20 +96,6 @@ func flushIdle(db *sql.DB, n int) {
 
 // idleConns is what the harness keeps idle on a cell of c contenders.
 func idleConns(c *matrix.Cell) int { return 2*c.Contenders + 4 }
-
-// pauseBeforeWrite is q with pause called once before its first Exec:
-// State.Apply's read has been scanned then, and its write not sent — the
-// window a lock exists to guard.
-type pauseBeforeWrite struct {
-	matrix.Querier
-	pause func(ctx context.Context)
-	once  sync.Once
-}
-
-func (p *pauseBeforeWrite) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	p.once.Do(func() { p.pause(ctx) })
-	return p.Querier.ExecContext(ctx, query, args...)
-}
 
 // stepped is an operation that step started and holds between its read
 // and its write; wait lets the write go and returns the outcome.
@@ -283,7 +269,7 @@ func pausedHolder(spec string) int {
 		if h.Fenced {
 			fence = l.Token()
 		}
-		r, err = s.Apply(ctx, &pauseBeforeWrite{Querier: db, pause: pause}, h.Key, fence)
+		r, err = s.Apply(ctx, matrix.PauseBeforeWrite(db, pause), h.Key, fence)
 	}
 	switch {
 	case errors.Is(err, matrix.ErrFenced):
@@ -553,7 +539,7 @@ func leasePartitioned() matrix.Fault {
 				return err
 			}
 			s, err := step(ctx, func(ctx context.Context, pause func(context.Context)) (matrix.Result, error) {
-				return c.State.Apply(ctx, &pauseBeforeWrite{Querier: hdb, pause: pause}, key, l.Token())
+				return c.State.Apply(ctx, matrix.PauseBeforeWrite(hdb, pause), key, l.Token())
 			})
 			if err != nil {
 				return err
@@ -723,7 +709,7 @@ func txlockCut() matrix.Fault {
 			key := c.State.Key(i)
 			err := cutRound(ctx, f, p, actors[0], key, func(ctx context.Context, pause func(context.Context)) (r matrix.Result, err error) {
 				err = txlock.Do(ctx, hdb, lockKey(c, key), func(ctx context.Context, tx *sql.Tx) (err error) {
-					r, err = c.State.Apply(ctx, &pauseBeforeWrite{Querier: tx, pause: pause}, key, 0)
+					r, err = c.State.Apply(ctx, matrix.PauseBeforeWrite(tx, pause), key, 0)
 					return err
 				})
 				return r, err
@@ -767,7 +753,7 @@ func advisoryCut() matrix.Fault {
 			key := c.State.Key(i)
 			err := cutRound(ctx, f, p, actors[0], key, func(ctx context.Context, pause func(context.Context)) (r matrix.Result, err error) {
 				err = l.Do(ctx, lockKey(c, key), func(ctx context.Context) (err error) {
-					r, err = c.State.Apply(ctx, &pauseBeforeWrite{Querier: c.DB, pause: pause}, key, 0)
+					r, err = c.State.Apply(ctx, matrix.PauseBeforeWrite(c.DB, pause), key, 0)
 					return err
 				})
 				return r, err
