@@ -3,7 +3,6 @@ package dynamo_test
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -350,7 +349,7 @@ func lockOpen(srv *dynamotest.Server, locks string, fenced bool) func(context.Co
 		acq := locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL)
 		actors := make([]matrix.Actor, c.Contenders)
 		for i := range actors {
-			actors[i] = guarded(c, c.DB, acq, fenced)
+			actors[i] = matrix.Guarded(c, c.DB, acq, fenced)
 		}
 		return actors, nil, nil
 	}
@@ -358,52 +357,6 @@ func lockOpen(srv *dynamotest.Server, locks string, fenced bool) func(context.Co
 
 func locker(cl *dynamodb.Client, locks string, ttl time.Duration) sqlock.Acquirer {
 	return dynamo.NewLocker(cl, locks, dynamo.WithTimeout(time.Minute)).Acquirer(ttl)
-}
-
-// lockName is the lock of key on c: cells never share one.
-func lockName(c *matrix.Cell, key string) string { return "matrix:" + c.State.Schema + ":" + key }
-
-// guarded is one operation: the workload's unguarded body (State.Apply)
-// on q under the lock of key, its write fenced with the lock's token when
-// fenced. The release's error is not the operation's: the write has
-// happened or not by then, and the workload's check says which.
-func guarded(c *matrix.Cell, q matrix.Querier, locks sqlock.Acquirer, fenced bool) matrix.ActorFunc {
-	return func(ctx context.Context, key string) (matrix.Result, error) {
-		l, err := locks.Acquire(ctx, lockName(c, key))
-		if err != nil {
-			return 0, err
-		}
-		defer l.Release(context.WithoutCancel(ctx))
-		var token int64
-		if fenced {
-			token = l.(sqlock.Fenced).Token()
-		}
-		return c.State.Apply(ctx, q, key, token)
-	}
-}
-
-// gate holds an operation between its read and its write: the first
-// ExecContext (Apply's UPDATE) closes held and waits for open, or the
-// context's end.
-type gate struct {
-	matrix.Querier
-	once       sync.Once
-	held, open chan struct{}
-}
-
-func newGate(q matrix.Querier) *gate {
-	return &gate{Querier: q, held: make(chan struct{}), open: make(chan struct{})}
-}
-
-func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	g.once.Do(func() {
-		close(g.held)
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-		}
-	})
-	return g.Querier.ExecContext(ctx, query, args...)
 }
 
 // lockPartitioned: holder A's client reaches the server through a proxy.
@@ -420,22 +373,22 @@ func lockPartitioned(srv *dynamotest.Server, locks string) func(context.Context,
 		}
 		p := pgtest.StartTCPProxy(f.T, strings.TrimPrefix(srv.Endpoint, "http://"))
 		key := c.State.Key(0)
-		g := newGate(c.DB)
-		a := guarded(c, g, locker(srv.Client(options(countOn(c.RoundTrips), through("http://"+p.Addr()))), locks, shortTTL), true)
+		g := matrix.NewGate(c.DB)
+		a := matrix.Guarded(c, g, locker(srv.Client(options(countOn(c.RoundTrips), through("http://"+p.Addr()))), locks, shortTTL), true)
 		aDone := make(chan error, 1)
 		go func() {
 			_, err := a(ctx, key)
 			aDone <- err
 		}()
 		select {
-		case <-g.held:
+		case <-g.Held:
 		case err := <-aDone:
 			return fmt.Errorf("holder A ended before its write: %v", err)
 		}
 		p.Stall()
-		_, berr := f.Do(ctx, guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), true), key)
+		_, berr := f.Do(ctx, matrix.Guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), true), key)
 		p.Resume()
-		close(g.open)
+		close(g.Open)
 		aerr := <-aDone
 		f.Note("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it; B, once it had watched the lock unchanged for the TTL: %s; A's write once the partition healed: %s",
 			shortTTL, errOrOK(berr), errOrOK(aerr))
@@ -479,7 +432,7 @@ func pausedFault(srv *dynamotest.Server, locks string, fenced bool) func(context
 		}
 		key := c.State.Key(0)
 		cfg := holderConfig{Endpoint: srv.Endpoint, Locks: locks, DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema,
-			Items: c.State.Items, Events: c.State.Events, Name: lockName(c, key), Key: key, TTL: shortTTL, Fenced: fenced}
+			Items: c.State.Items, Events: c.State.Events, Name: matrix.LockName(c, key), Key: key, TTL: shortTTL, Fenced: fenced}
 		env, err := json.Marshal(cfg)
 		if err != nil {
 			return err
@@ -518,7 +471,7 @@ func pausedFault(srv *dynamotest.Server, locks string, fenced bool) func(context
 		}
 		// B waits until it has watched A's lock unchanged for A's TTL: that
 		// is the pause past the TTL, however long it takes here.
-		b := guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), fenced)
+		b := matrix.Guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), fenced)
 		_, berr := f.Do(ctx, b, key)
 		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			return err
@@ -564,12 +517,12 @@ func matrixHolder(env string) error {
 		shown += ", not written"
 	}
 	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
-	g := newGate(db)
+	g := matrix.NewGate(db)
 	go func() {
-		<-g.held
+		<-g.Held
 		fmt.Println("READ " + shown)
 		bufio.NewReader(os.Stdin).ReadString('\n')
-		close(g.open)
+		close(g.Open)
 	}()
 	r, err := st.Apply(ctx, g, cfg.Key, token)
 	switch {

@@ -3,7 +3,6 @@ package etcdlock_test
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,56 +120,10 @@ func etcdOpen(endpoints []string, fenced bool) func(context.Context, *matrix.Cel
 		locks := locker(c.T, c.RoundTrips, matrixTTL, endpoints...)
 		actors := make([]matrix.Actor, c.Contenders)
 		for i := range actors {
-			actors[i] = guarded(c, c.DB, locks, fenced)
+			actors[i] = matrix.Guarded(c, c.DB, locks, fenced)
 		}
 		return actors, nil, nil
 	}
-}
-
-// lockName is the lock of key on c: cells never share one.
-func lockName(c *matrix.Cell, key string) string { return "matrix:" + c.State.Schema + ":" + key }
-
-// guarded is one operation: the workload's unguarded body (State.Apply)
-// on q under the lock of key, its write fenced with the lock's token when
-// fenced. The release's error is not the operation's: the write has
-// happened or not by then, and the workload's check says which.
-func guarded(c *matrix.Cell, q matrix.Querier, locks sqlock.Acquirer, fenced bool) matrix.ActorFunc {
-	return func(ctx context.Context, key string) (matrix.Result, error) {
-		l, err := locks.Acquire(ctx, lockName(c, key))
-		if err != nil {
-			return 0, err
-		}
-		defer l.Release(context.WithoutCancel(ctx))
-		var token int64
-		if fenced {
-			token = l.(sqlock.Fenced).Token()
-		}
-		return c.State.Apply(ctx, q, key, token)
-	}
-}
-
-// gate holds an operation between its read and its write: the first
-// ExecContext (Apply's UPDATE) closes held and waits for open, or the
-// context's end.
-type gate struct {
-	matrix.Querier
-	once       sync.Once
-	held, open chan struct{}
-}
-
-func newGate(q matrix.Querier) *gate {
-	return &gate{Querier: q, held: make(chan struct{}), open: make(chan struct{})}
-}
-
-func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	g.once.Do(func() {
-		close(g.held)
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-		}
-	})
-	return g.Querier.ExecContext(ctx, query, args...)
 }
 
 // holding starts a's operation on key and returns once it holds the lock
@@ -179,7 +132,7 @@ func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.
 // otherwise it is the fault itself — a holder whose write the fence is to
 // refuse — and what it did goes in a note.
 func holding(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, a func(q matrix.Querier) matrix.Actor, key string, recorded bool) (write func(), wait func() error, err error) {
-	g := newGate(c.DB)
+	g := matrix.NewGate(c.DB)
 	done := make(chan error, 1)
 	go func() {
 		var err error
@@ -191,13 +144,13 @@ func holding(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, a func(q m
 		done <- err
 	}()
 	var once sync.Once
-	write = func() { once.Do(func() { close(g.open) }) }
+	write = func() { once.Do(func() { close(g.Open) }) }
 	wait = func() error {
 		write()
 		return <-done
 	}
 	select {
-	case <-g.held:
+	case <-g.Held:
 		return write, wait, nil
 	case err := <-done:
 		return nil, nil, fmt.Errorf("holder A ended before its write: %v", err)
@@ -226,7 +179,7 @@ func killLeader(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 	}
 	key := c.State.Key(0)
 	actor := func(q matrix.Querier) matrix.Actor {
-		return guarded(c, q, locker(f.T, c.RoundTrips, matrixTTL, cluster.Endpoints()...), true)
+		return matrix.Guarded(c, q, locker(f.T, c.RoundTrips, matrixTTL, cluster.Endpoints()...), true)
 	}
 	_, wait, err := holding(ctx, f, c, actor, key, true)
 	if err != nil {
@@ -236,7 +189,7 @@ func killLeader(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() { f.Do(ctx, actor(c.DB), key) })
-		waitKeys(f.T.(*testing.T), watcher, lockName(c, key), int64(i+2))
+		waitKeys(f.T.(*testing.T), watcher, matrix.LockName(c, key), int64(i+2))
 	}
 	old, err := cluster.Leader(ctx)
 	if err == nil {
@@ -276,7 +229,7 @@ func loseQuorum(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 	}
 	key := c.State.Key(0)
 	a := func(q matrix.Querier) matrix.Actor {
-		return guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, cluster.Endpoints()...), true)
+		return matrix.Guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, cluster.Endpoints()...), true)
 	}
 	write, wait, err := holding(ctx, f, c, a, key, true)
 	if err != nil {
@@ -289,7 +242,7 @@ func loseQuorum(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 	}
 	if err == nil {
 		waiter := etcdlock.New(countedOn(f.T, c.RoundTrips, cluster.Endpoints()...), etcdlock.WithTimeout(time.Second)).Acquirer(shortTTL)
-		_, berr := f.Do(ctx, guarded(c, c.DB, waiter, true), key)
+		_, berr := f.Do(ctx, matrix.Guarded(c, c.DB, waiter, true), key)
 		f.Note("2 of 3 members killed while A held the order's lock; B's Acquire: %v", berr)
 	}
 	write() // its Release waits for the members, which come back now
@@ -320,14 +273,14 @@ func partitioned(endpoints []string) func(context.Context, *matrix.FaultRun) err
 		key := c.State.Key(0)
 		p := pgtest.StartTCPProxy(f.T, strings.TrimPrefix(endpoints[0], "http://"))
 		a := func(q matrix.Querier) matrix.Actor {
-			return guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, "http://"+p.Addr()), true)
+			return matrix.Guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, "http://"+p.Addr()), true)
 		}
 		_, wait, err := holding(ctx, f, c, a, key, false)
 		if err != nil {
 			return err
 		}
 		p.Stall()
-		b := guarded(c, c.DB, locker(f.T, c.RoundTrips, matrixTTL, endpoints...), true)
+		b := matrix.Guarded(c, c.DB, locker(f.T, c.RoundTrips, matrixTTL, endpoints...), true)
 		_, berr := f.Do(ctx, b, key)
 		p.Resume()
 		aerr := wait()
@@ -372,7 +325,7 @@ func pausedFault(endpoints []string, fenced bool) func(context.Context, *matrix.
 		}
 		key := c.State.Key(0)
 		cfg := holderConfig{Endpoints: endpoints, DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema,
-			Items: c.State.Items, Events: c.State.Events, Name: lockName(c, key), Key: key, TTL: shortTTL, Fenced: fenced}
+			Items: c.State.Items, Events: c.State.Events, Name: matrix.LockName(c, key), Key: key, TTL: shortTTL, Fenced: fenced}
 		env, err := json.Marshal(cfg)
 		if err != nil {
 			return err
@@ -411,7 +364,7 @@ func pausedFault(endpoints []string, fenced bool) func(context.Context, *matrix.
 		}
 		// B waits for the cluster to expire A's lease: that is the pause
 		// past the TTL, however long it takes here.
-		b := guarded(c, c.DB, locker(f.T, c.RoundTrips, matrixTTL, endpoints...), fenced)
+		b := matrix.Guarded(c, c.DB, locker(f.T, c.RoundTrips, matrixTTL, endpoints...), fenced)
 		_, berr := f.Do(ctx, b, key)
 		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			return err
@@ -444,7 +397,7 @@ func matrixHolder(env string) error {
 		return err
 	}
 	defer cl.Close()
-	db, err := sql.Open("pgx", cfg.DSN)
+	db, err := matrix.OpenSQL(cfg.DSN, &matrix.RoundTrips{})
 	if err != nil {
 		return err
 	}
@@ -462,12 +415,12 @@ func matrixHolder(env string) error {
 		shown += ", not written"
 	}
 	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
-	g := newGate(db)
+	g := matrix.NewGate(db)
 	go func() {
-		<-g.held
+		<-g.Held
 		fmt.Println("READ " + shown)
 		bufio.NewReader(os.Stdin).ReadString('\n')
-		close(g.open)
+		close(g.Open)
 	}()
 	r, err := st.Apply(ctx, g, cfg.Key, token)
 	switch {

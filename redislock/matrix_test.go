@@ -3,7 +3,6 @@ package redislock_test
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -156,56 +154,10 @@ func redisOpen(servers func() []*redistest.Server, fenced bool) func(context.Con
 		locks := acquirer(c.T, servers(), &countHook{rt: c.RoundTrips}, matrixTTL)
 		actors := make([]matrix.Actor, c.Contenders)
 		for i := range actors {
-			actors[i] = guarded(c, c.DB, locks, fenced)
+			actors[i] = matrix.Guarded(c, c.DB, locks, fenced)
 		}
 		return actors, nil, nil
 	}
-}
-
-// lockName is the lock of key on c: cells never share one.
-func lockName(c *matrix.Cell, key string) string { return "matrix:" + c.State.Schema + ":" + key }
-
-// guarded is one operation: the workload's unguarded body (State.Apply)
-// on q under the lock of key, its write fenced with the lock's token when
-// fenced. The release's error is not the operation's: the write has
-// happened or not by then, and the workload's check says which.
-func guarded(c *matrix.Cell, q matrix.Querier, locks sqlock.Acquirer, fenced bool) matrix.ActorFunc {
-	return func(ctx context.Context, key string) (matrix.Result, error) {
-		l, err := locks.Acquire(ctx, lockName(c, key))
-		if err != nil {
-			return 0, err
-		}
-		defer l.Release(context.WithoutCancel(ctx))
-		var token int64
-		if fenced {
-			token = l.(sqlock.Fenced).Token()
-		}
-		return c.State.Apply(ctx, q, key, token)
-	}
-}
-
-// gate holds an operation between its read and its write: the first
-// ExecContext (Apply's UPDATE) closes held and waits for open, or the
-// context's end.
-type gate struct {
-	matrix.Querier
-	once       sync.Once
-	held, open chan struct{}
-}
-
-func newGate(q matrix.Querier) *gate {
-	return &gate{Querier: q, held: make(chan struct{}), open: make(chan struct{})}
-}
-
-func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	g.once.Do(func() {
-		close(g.held)
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-		}
-	})
-	return g.Querier.ExecContext(ctx, query, args...)
 }
 
 // secondHolder is the fault of a store that forgets a grant: holder A
@@ -217,14 +169,14 @@ func (g *gate) ExecContext(ctx context.Context, query string, args ...any) (sql.
 // not, A writes and releases and B finds the order charged.
 func secondHolder(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, quorum int, a, b func(q matrix.Querier, h *countHook) matrix.Actor, inject func() error) error {
 	key := c.State.Key(0)
-	g := newGate(c.DB)
+	g := matrix.NewGate(c.DB)
 	aDone := make(chan error, 1)
 	go func() {
 		_, err := f.Do(ctx, a(g, &countHook{rt: c.RoundTrips}), key)
 		aDone <- err
 	}()
 	select {
-	case <-g.held:
+	case <-g.Held:
 	case err := <-aDone:
 		return fmt.Errorf("holder A ended before its write: %v", err)
 	case <-ctx.Done():
@@ -252,7 +204,7 @@ func secondHolder(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, quoru
 	} else {
 		close(bDone)
 	}
-	close(g.open)
+	close(g.Open)
 	<-aDone
 	<-bDone
 	return err
@@ -274,7 +226,7 @@ func restartFault(n, restarted int) func(context.Context, *matrix.FaultRun) erro
 		}
 		fenced := n == 1
 		actor := func(q matrix.Querier, h *countHook) matrix.Actor {
-			return guarded(c, q, acquirer(f.T, servers, h, matrixTTL), fenced)
+			return matrix.Guarded(c, q, acquirer(f.T, servers, h, matrixTTL), fenced)
 		}
 		f.Note("%d of %d redis-server restarted (SIGKILL, no persistence) while holder A is between its read and its write; then holder B", restarted, n)
 		return secondHolder(ctx, f, c, n/2+1, actor, actor, func() error {
@@ -334,10 +286,10 @@ func failoverFault(replicaWait bool) func(context.Context, *matrix.FaultRun) err
 					return d.DialContext(ctx, network, *current.Load())
 				}
 			})
-			return guarded(c, q, acquirerOf([]redis.UniversalClient{follow}, h, matrixTTL, opts...), true)
+			return matrix.Guarded(c, q, acquirerOf([]redis.UniversalClient{follow}, h, matrixTTL, opts...), true)
 		}
 		b := func(q matrix.Querier, h *countHook) matrix.Actor {
-			return guarded(c, q, acquirer(f.T, []*redistest.Server{replica}, h, matrixTTL), true)
+			return matrix.Guarded(c, q, acquirer(f.T, []*redistest.Server{replica}, h, matrixTTL), true)
 		}
 		err = secondHolder(ctx, f, c, 1, a, b, func() error {
 			if replicaWait {
@@ -387,24 +339,24 @@ func partitionedFault(fenced bool) func(context.Context, *matrix.FaultRun) error
 			o.ContextTimeoutEnabled = true
 		})
 		key := c.State.Key(0)
-		g := newGate(c.DB)
-		a := guarded(c, g, acquirerOf([]redis.UniversalClient{proxied}, &countHook{rt: c.RoundTrips}, ttl), fenced)
+		g := matrix.NewGate(c.DB)
+		a := matrix.Guarded(c, g, acquirerOf([]redis.UniversalClient{proxied}, &countHook{rt: c.RoundTrips}, ttl), fenced)
 		aDone := make(chan error, 1)
 		go func() {
 			_, err := a(ctx, key)
 			aDone <- err
 		}()
 		select {
-		case <-g.held:
+		case <-g.Held:
 		case err := <-aDone:
 			return fmt.Errorf("holder A ended before its write: %v", err)
 		}
 		p.Stall()
 		// B waits for A's key to expire on the server, however long that
 		// takes here.
-		_, berr := f.Do(ctx, guarded(c, c.DB, acquirer(f.T, []*redistest.Server{s}, &countHook{rt: c.RoundTrips}, matrixTTL), fenced), key)
+		_, berr := f.Do(ctx, matrix.Guarded(c, c.DB, acquirer(f.T, []*redistest.Server{s}, &countHook{rt: c.RoundTrips}, matrixTTL), fenced), key)
 		p.Resume()
-		close(g.open)
+		close(g.Open)
 		aerr := <-aDone
 		f.Note("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it; B: %s; A's write once the partition healed: %s",
 			ttl, errOrOK(berr), errOrOK(aerr))
@@ -442,7 +394,7 @@ func pausedFault(n int, fenced bool) func(context.Context, *matrix.FaultRun) err
 		}
 		key := c.State.Key(0)
 		cfg := holderConfig{DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema, Items: c.State.Items,
-			Events: c.State.Events, Name: lockName(c, key), Key: key, TTL: 300 * time.Millisecond, Fenced: fenced}
+			Events: c.State.Events, Name: matrix.LockName(c, key), Key: key, TTL: 300 * time.Millisecond, Fenced: fenced}
 		for _, s := range servers {
 			cfg.Addrs = append(cfg.Addrs, s.Addr)
 		}
@@ -484,7 +436,7 @@ func pausedFault(n int, fenced bool) func(context.Context, *matrix.FaultRun) err
 		}
 		// B waits for A's key to expire on the servers: that is the pause
 		// past the TTL, however long it takes here.
-		b := guarded(c, c.DB, acquirer(f.T, servers, &countHook{rt: c.RoundTrips}, matrixTTL), fenced)
+		b := matrix.Guarded(c, c.DB, acquirer(f.T, servers, &countHook{rt: c.RoundTrips}, matrixTTL), fenced)
 		_, berr := f.Do(ctx, b, key)
 		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			return err
@@ -530,7 +482,7 @@ func matrixHolder(env string) error {
 	} else {
 		locks = redislock.NewRedlock(cs).Acquirer(cfg.TTL)
 	}
-	db, err := sql.Open("pgx", cfg.DSN)
+	db, err := matrix.OpenSQL(cfg.DSN, &matrix.RoundTrips{})
 	if err != nil {
 		return err
 	}
@@ -551,12 +503,12 @@ func matrixHolder(env string) error {
 		}
 	}
 	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
-	g := newGate(db)
+	g := matrix.NewGate(db)
 	go func() {
-		<-g.held
+		<-g.Held
 		fmt.Println("READ " + shown)
 		bufio.NewReader(os.Stdin).ReadString('\n')
-		close(g.open)
+		close(g.Open)
 	}()
 	r, err := st.Apply(ctx, g, cfg.Key, token)
 	switch {
