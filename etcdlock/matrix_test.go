@@ -61,6 +61,7 @@ func TestMatrix(t *testing.T) {
 			Open: etcdOpen(shared, true),
 			Faults: []matrix.Fault{
 				{Name: "etcd leader killed", Expect: matrix.Safe, Run: leaderKilled(faulty)},
+				{Name: "etcd leader killed under load", Run: leaderKilledUnderLoad(faulty)},
 				{Name: "etcd quorum lost", Expect: matrix.Unavailable, Run: quorumLost(faulty)},
 				{Name: "partitioned by proxy", Expect: matrix.Safe, Run: partitioned(shared)},
 				{Name: "holder paused past TTL (fenced)", Expect: matrix.Safe, Run: pausedFault(shared, true)},
@@ -209,6 +210,67 @@ func killLeader(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 	f.Note("the leader (%s) killed while A held the order's lock and 2 waiters queued; %s elected after %v; A wrote, then the waiters were served",
 		old.Name, leader.Name, elected.Round(time.Millisecond))
 	return old.Start(ctx)
+}
+
+// leaderKilledUnderLoad: four contenders run operations on orders of
+// their own (a few in smoke, 40 each in quick, 200 in full) and the leader
+// is killed once each has done one. No verdict is promised: whether an
+// operation in flight waits the election out or fails (a grant or a
+// keepalive the dying leader never answered) depends on timing; the run
+// records which, and for how long operations failed.
+func leaderKilledUnderLoad(cluster func() *etcdtest.Cluster) func(context.Context, *matrix.FaultRun) error {
+	return func(ctx context.Context, f *matrix.FaultRun) error {
+		cl := cluster()
+		const contenders = 4
+		ops := map[matrix.Mode]int{matrix.Quick: 40, matrix.Full: 200}[f.Mode]
+		if ops == 0 {
+			ops = 4
+		}
+		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, contenders, matrix.ManyKeys, contenders*ops)
+		if err != nil {
+			return err
+		}
+		locks := locker(f.T, c.RoundTrips, matrixTTL, cl.Endpoints()...)
+		started := make(chan struct{}, contenders)
+		actors := make([]matrix.Actor, contenders)
+		for i := range actors {
+			op := matrix.Guarded(c, c.DB, locks, true)
+			var once sync.Once
+			actors[i] = matrix.ActorFunc(func(ctx context.Context, key string) (matrix.Result, error) {
+				r, err := op(ctx, key)
+				once.Do(func() { started <- struct{}{} })
+				return r, err
+			})
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.Load(ctx, c, actors, ops)
+		}()
+		for range contenders {
+			select {
+			case <-started:
+			case <-done:
+			}
+		}
+		old, err := cl.Leader(ctx)
+		if err == nil {
+			err = old.Kill()
+		}
+		killed := time.Now()
+		var leader *etcdtest.Member
+		if err == nil {
+			leader, err = cl.Leader(ctx)
+		}
+		elected := time.Since(killed)
+		<-done
+		if err != nil {
+			return err
+		}
+		f.Note("%d contenders × %d operations; the leader (%s) killed once each had done one, %s elected after %v; not asserted: whether an operation in flight fails depends on timing",
+			contenders, ops, old.Name, leader.Name, elected.Round(time.Millisecond))
+		return old.Start(ctx)
+	}
 }
 
 // quorumLost: A holds an order's lock and has read it; two of three
