@@ -454,13 +454,15 @@ func pausedFault(srv *dynamotest.Server, locks string, fenced bool) func(context
 		defer cmd.Wait()
 		defer cmd.Process.Kill()
 		lines := bufio.NewScanner(stdout)
+		var other []string // what else it said: a failure's message
 		said := func(prefix string) (string, error) {
 			for lines.Scan() {
 				if rest, ok := strings.CutPrefix(lines.Text(), prefix); ok {
 					return rest, nil
 				}
+				other = append(other, lines.Text())
 			}
-			return "", fmt.Errorf("the paused holder never said %q: %v", prefix, lines.Err())
+			return "", fmt.Errorf("the paused holder never said %q (%v): %s", prefix, lines.Err(), strings.Join(other, " | "))
 		}
 		token, err := said("READ ")
 		if err != nil {
