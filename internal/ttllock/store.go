@@ -198,7 +198,16 @@ func acquire[L any](ctx context.Context, b *Base, s Store, r Request, wrap func(
 
 // failed is an attempt's failure: the end of ctx if it has ended (last
 // joined to its cause), the error otherwise.
+//
+// A failure after ctx's deadline is the deadline's: a client that ends its
+// commands at their context's deadline (go-redis with
+// ContextTimeoutEnabled, a socket deadline) can fail the attempt with its
+// own i/o timeout a moment before the context's timer has marked ctx done.
+// failed waits for that mark rather than report the store as failing.
 func (b *Base) failed(ctx context.Context, r Request, err, last error) error {
+	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && !time.Now().Before(dl) {
+		<-ctx.Done()
+	}
 	if ctx.Err() != nil {
 		return b.ctxError(ctx, r, last)
 	}

@@ -408,3 +408,58 @@ func TestWithErrorMakesEveryErrorOfItsBase(t *testing.T) {
 		isPlaced("release", l.tl.Release(context.Background()), testPkg.NotHeld)
 	})
 }
+
+// cutStore fails every attempt as a client that ends its commands at their
+// context's deadline does once it has passed: with an i/o timeout of its
+// own, while the context may not be marked done yet.
+type cutStore struct{ memStore }
+
+var errIOTimeout = errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout")
+
+func (s *cutStore) Grant(ctx context.Context, name string, ttl time.Duration, wait bool) (Grant, error) {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return Grant{}, errIOTimeout
+	}
+	return s.memStore.Grant(ctx, name, ttl, wait)
+}
+
+// pastDeadline is a context whose deadline has passed and whose timer has
+// not yet marked it done — the moment after a socket deadline fired; mark
+// marks it done (DeadlineExceeded).
+type pastDeadline struct {
+	dl   time.Time
+	done chan struct{}
+}
+
+func (c *pastDeadline) Deadline() (time.Time, bool) { return c.dl, true }
+func (c *pastDeadline) Done() <-chan struct{}       { return c.done }
+func (c *pastDeadline) Value(any) any               { return nil }
+func (c *pastDeadline) mark()                       { close(c.done) }
+
+func (c *pastDeadline) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// TestAnAttemptCutAtTheDeadlineIsTheWaitsTimeout: an attempt that fails
+// after the deadline has passed — a command ended at it by the client,
+// before the context's own timer has marked the context done — is the
+// wait's end, the package's Timeout matching context.DeadlineExceeded,
+// not the client's i/o error (found on a busy machine: redislock's
+// AcquireAll answered "i/o timeout" where its wait bound ran out).
+func TestAnAttemptCutAtTheDeadlineIsTheWaitsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &cutStore{*newMemStore()}
+		b := newBase(t, testPkg.NewConfig())
+		ctx := &pastDeadline{time.Now().Add(-time.Millisecond), make(chan struct{})}
+		time.AfterFunc(time.Second, ctx.mark) // the context's timer, late
+		_, err := acquireOn(ctx, b, s, "n", time.Second, true)
+		if !errors.Is(err, testPkg.Timeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errIOTimeout) {
+			t.Fatalf("an attempt cut at the deadline: %v, want Timeout matching DeadlineExceeded", err)
+		}
+	})
+}
