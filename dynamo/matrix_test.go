@@ -1,18 +1,13 @@
 package dynamo_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,10 +22,6 @@ import (
 	"github.com/sqlock/sqlock/internal/testing/matrix"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
 )
-
-// matrixHolderEnv makes TestMatrix, in the test binary run again, the
-// paused holder of a fault (matrixHolder) instead of the matrix.
-const matrixHolderEnv = "DYNAMO_MATRIX_HOLDER"
 
 // matrixTTL outlasts any operation of a cell and any fault's holder that
 // is not meant to expire; shortTTL is a holder's whose expiry is the fault
@@ -50,8 +41,8 @@ const (
 // and not; for the swap, the writer partitioned between its read and its
 // write.
 func TestMatrix(t *testing.T) {
-	if cfg := os.Getenv(matrixHolderEnv); cfg != "" {
-		if err := matrixHolder(cfg); err != nil {
+	if served, err := matrix.ServePausedHolder(openHolder); served {
+		if err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -405,137 +396,32 @@ func errOrOK(err error) string {
 
 // holderConfig is what the paused holder, the test binary run again, is
 // told: the server and lock table, the cell's database and tables, the
-// order, its TTL.
-type holderConfig struct {
-	Endpoint, Locks       string
-	DSN                   string
-	Workload              matrix.Workload
-	Schema, Items, Events string
-	Name, Key             string
-	TTL                   time.Duration
-	Fenced                bool
-}
-
-// pausedFault: holder A is another OS process (the test binary run again,
-// matrixHolder). It takes the lock with a short TTL, reads the order and,
-// before it writes, is stopped with SIGSTOP. B, once it has watched the
-// lock unchanged for A's TTL, takes it over and charges the order; A is
-// continued and writes what it read. Fenced, A's token is older than B's
-// and PostgreSQL refuses the write; unfenced the order is charged twice: A
-// does not check Lost between its read and its write, which a check could
-// not make safe anyway — a pause after the check is the same fault.
+// pausedFault: matrix.PausedHolder on the locks table of srv, B taking
+// the lock over once it has watched A's unchanged for A's TTL.
 func pausedFault(srv *dynamotest.Server, locks string, fenced bool) func(context.Context, *matrix.FaultRun) error {
 	return func(ctx context.Context, f *matrix.FaultRun) error {
 		c, err := f.NewCell(ctx, pgtest.New(f.T).DSN, 1, matrix.HotKey, 1)
 		if err != nil {
 			return err
 		}
-		key := c.State.Key(0)
-		cfg := holderConfig{Endpoint: srv.Endpoint, Locks: locks, DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema,
-			Items: c.State.Items, Events: c.State.Events, Name: matrix.LockName(c, key), Key: key, TTL: shortTTL, Fenced: fenced}
-		env, err := json.Marshal(cfg)
+		backend, err := json.Marshal(holderBackend{srv.Endpoint, locks})
 		if err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMatrix$", "-test.count=1")
-		cmd.Env = append(os.Environ(), matrixHolderEnv+"="+string(env))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		defer cmd.Wait()
-		defer cmd.Process.Kill()
-		lines := bufio.NewScanner(stdout)
-		var other []string // what else it said: a failure's message
-		said := func(prefix string) (string, error) {
-			for lines.Scan() {
-				if rest, ok := strings.CutPrefix(lines.Text(), prefix); ok {
-					return rest, nil
-				}
-				other = append(other, lines.Text())
-			}
-			return "", fmt.Errorf("the paused holder never said %q (%v): %s", prefix, lines.Err(), strings.Join(other, " | "))
-		}
-		token, err := said("READ ")
-		if err != nil {
-			return err
-		}
-		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			return err
-		}
-		// B waits until it has watched A's lock unchanged for A's TTL: that
-		// is the pause past the TTL, however long it takes here.
 		b := matrix.Guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), fenced)
-		_, berr := f.Do(ctx, b, key)
-		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-			return err
-		}
-		if _, err := io.WriteString(stdin, "write\n"); err != nil {
-			return err
-		}
-		result, err := said("RESULT ")
-		if err != nil {
-			return err
-		}
-		f.Note("A (pid %d, token %s, TTL %v) stopped with SIGSTOP between its read and its write; B took the lock over and charged the order (%s); A continued: %s",
-			cmd.Process.Pid, token, cfg.TTL, errOrOK(berr), result)
-		return nil
+		return f.PausedHolder(ctx, c, matrix.HolderSpec{TTL: shortTTL, Fenced: fenced, Backend: backend}, b)
 	}
 }
 
-// matrixHolder is the paused holder's process: it takes the lock, reads
-// the order, says "READ <token>" and waits at its write for a line on
-// stdin (its parent stops it, takes the lock and continues it meanwhile);
-// then it writes, fenced with its token or not, and says "RESULT …".
-func matrixHolder(env string) error {
-	var cfg holderConfig
-	if err := json.Unmarshal([]byte(env), &cfg); err != nil {
-		return err
+// holderBackend is where the paused holder's lock is: the server and the
+// locks table.
+type holderBackend struct{ Endpoint, Locks string }
+
+// openHolder is the paused holder's lock, on the table spec.Backend names.
+func openHolder(_ context.Context, spec matrix.HolderSpec) (sqlock.Acquirer, func(), error) {
+	var b holderBackend
+	if err := json.Unmarshal(spec.Backend, &b); err != nil {
+		return nil, nil, err
 	}
-	ctx := context.Background()
-	db, err := matrix.OpenSQL(cfg.DSN, &matrix.RoundTrips{})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	l, err := dynamo.NewLocker(dynamodb.New(dynamotest.ClientOptions(cfg.Endpoint)), cfg.Locks).Acquire(ctx, cfg.Name, cfg.TTL)
-	if err != nil {
-		return err
-	}
-	defer l.Release(ctx)
-	var token int64
-	shown := strconv.FormatInt(l.Token(), 10)
-	if cfg.Fenced {
-		token = l.Token()
-	} else {
-		shown += ", not written"
-	}
-	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
-	g := matrix.NewGate(db)
-	go func() {
-		<-g.Held
-		fmt.Println("READ " + shown)
-		bufio.NewReader(os.Stdin).ReadString('\n')
-		close(g.Open)
-	}()
-	r, err := st.Apply(ctx, g, cfg.Key, token)
-	switch {
-	case errors.Is(err, matrix.ErrFenced):
-		fmt.Println("RESULT its write refused: ErrFenced")
-	case err != nil:
-		fmt.Println("RESULT " + err.Error())
-	case r == matrix.Done:
-		fmt.Println("RESULT it charged the order too")
-	default:
-		fmt.Println("RESULT refused")
-	}
-	return nil
+	return dynamo.NewLocker(dynamodb.New(dynamotest.ClientOptions(b.Endpoint)), b.Locks).Acquirer(spec.TTL), nil, nil
 }

@@ -1,19 +1,12 @@
 package redislock_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,10 +18,6 @@ import (
 	"github.com/sqlock/sqlock/redislock"
 	"github.com/sqlock/sqlock/redislock/internal/redistest"
 )
-
-// matrixHolderEnv makes TestMatrix, in the test binary run again, the
-// paused holder of a fault (matrixHolder) instead of the matrix.
-const matrixHolderEnv = "REDISLOCK_MATRIX_HOLDER"
 
 // matrixTTL outlasts any operation of a cell and any fault's holder that
 // is not meant to expire: the load measures the lock, the faults their
@@ -42,8 +31,8 @@ const matrixTTL = 30 * time.Second
 // failover with and without WithReplicas, and the holder, a real OS
 // process, stopped with SIGSTOP past its TTL.
 func TestMatrix(t *testing.T) {
-	if cfg := os.Getenv(matrixHolderEnv); cfg != "" {
-		if err := matrixHolder(cfg); err != nil {
+	if served, err := matrix.ServePausedHolder(openHolder); served {
+		if err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -364,27 +353,7 @@ func partitionedFault(fenced bool) func(context.Context, *matrix.FaultRun) error
 	}
 }
 
-// holderConfig is what the paused holder, the test binary run again, is
-// told: the servers, the cell's database and tables, the order, its TTL.
-type holderConfig struct {
-	Addrs                 []string
-	DSN                   string
-	Workload              matrix.Workload
-	Schema, Items, Events string
-	Name, Key             string
-	TTL                   time.Duration
-	Fenced                bool
-}
-
-// pausedFault: holder A is another OS process (the test binary run again,
-// matrixHolder). It takes the lock with a short TTL, reads the order and,
-// before it writes, is stopped with SIGSTOP. B acquires once A's key has
-// expired on the servers and charges the order; A is continued and writes
-// what it read. Fenced, A's token is older than B's and PostgreSQL refuses
-// the write; unfenced (or Redlock, which has no token) the order is
-// charged twice: A does not check Lost between its read and its write,
-// which a check could not make safe anyway — a pause after the check is
-// the same fault.
+// pausedFault: matrix.PausedHolder on n servers, B's lock taken there.
 func pausedFault(n int, fenced bool) func(context.Context, *matrix.FaultRun) error {
 	return func(ctx context.Context, f *matrix.FaultRun) error {
 		servers := redistest.NewN(f.T, n, redistest.Options{})
@@ -392,68 +361,39 @@ func pausedFault(n int, fenced bool) func(context.Context, *matrix.FaultRun) err
 		if err != nil {
 			return err
 		}
-		key := c.State.Key(0)
-		cfg := holderConfig{DSN: c.DSN, Workload: c.Workload, Schema: c.State.Schema, Items: c.State.Items,
-			Events: c.State.Events, Name: matrix.LockName(c, key), Key: key, TTL: 300 * time.Millisecond, Fenced: fenced}
+		var addrs []string
 		for _, s := range servers {
-			cfg.Addrs = append(cfg.Addrs, s.Addr)
+			addrs = append(addrs, s.Addr)
 		}
-		env, err := json.Marshal(cfg)
+		backend, err := json.Marshal(addrs)
 		if err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMatrix$", "-test.count=1")
-		cmd.Env = append(os.Environ(), matrixHolderEnv+"="+string(env))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		defer cmd.Wait()
-		defer cmd.Process.Kill()
-		lines := bufio.NewScanner(stdout)
-		var other []string // what else it said: a failure's message
-		said := func(prefix string) (string, error) {
-			for lines.Scan() {
-				if rest, ok := strings.CutPrefix(lines.Text(), prefix); ok {
-					return rest, nil
-				}
-				other = append(other, lines.Text())
-			}
-			return "", fmt.Errorf("the paused holder never said %q (%v): %s", prefix, lines.Err(), strings.Join(other, " | "))
-		}
-		token, err := said("READ ")
-		if err != nil {
-			return err
-		}
-		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			return err
-		}
-		// B waits for A's key to expire on the servers: that is the pause
-		// past the TTL, however long it takes here.
 		b := matrix.Guarded(c, c.DB, acquirer(f.T, servers, &countHook{rt: c.RoundTrips}, matrixTTL), fenced)
-		_, berr := f.Do(ctx, b, key)
-		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-			return err
-		}
-		if _, err := io.WriteString(stdin, "write\n"); err != nil {
-			return err
-		}
-		result, err := said("RESULT ")
-		if err != nil {
-			return err
-		}
-		f.Note("A (pid %d, token %s, TTL %v) stopped with SIGSTOP between its read and its write; B charged the order (%v); A continued: %s",
-			cmd.Process.Pid, token, cfg.TTL, errOrOK(berr), result)
-		return nil
+		return f.PausedHolder(ctx, c, matrix.HolderSpec{TTL: 300 * time.Millisecond, Fenced: fenced, Backend: backend}, b)
 	}
+}
+
+// openHolder is the paused holder's lock: on the servers spec.Backend
+// lists, one (a Locker) or several (Redlock, which has no token).
+func openHolder(_ context.Context, spec matrix.HolderSpec) (sqlock.Acquirer, func(), error) {
+	var addrs []string
+	if err := json.Unmarshal(spec.Backend, &addrs); err != nil {
+		return nil, nil, err
+	}
+	cs := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		cs[i] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
+	}
+	closeAll := func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	if len(cs) == 1 {
+		return redislock.New(cs[0]).Acquirer(spec.TTL), closeAll, nil
+	}
+	return redislock.NewRedlock(cs).Acquirer(spec.TTL), closeAll, nil
 }
 
 func errOrOK(err error) string {
@@ -461,67 +401,4 @@ func errOrOK(err error) string {
 		return err.Error()
 	}
 	return "ok"
-}
-
-// matrixHolder is the paused holder's process: it takes the lock, reads
-// the order, says "READ <token>" and waits at its write for a line on
-// stdin (its parent stops it, takes the lock and continues it meanwhile);
-// then it writes, fenced with its token or not, and says "RESULT …".
-func matrixHolder(env string) error {
-	var cfg holderConfig
-	if err := json.Unmarshal([]byte(env), &cfg); err != nil {
-		return err
-	}
-	ctx := context.Background()
-	cs := make([]redis.UniversalClient, len(cfg.Addrs))
-	for i, a := range cfg.Addrs {
-		cs[i] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
-		defer cs[i].Close()
-	}
-	var locks sqlock.Acquirer
-	if len(cs) == 1 {
-		locks = redislock.New(cs[0]).Acquirer(cfg.TTL)
-	} else {
-		locks = redislock.NewRedlock(cs).Acquirer(cfg.TTL)
-	}
-	db, err := matrix.OpenSQL(cfg.DSN, &matrix.RoundTrips{})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	l, err := locks.Acquire(ctx, cfg.Name)
-	if err != nil {
-		return err
-	}
-	defer l.Release(ctx)
-	var token int64
-	shown := "none (Redlock)"
-	if f, ok := l.(sqlock.Fenced); ok {
-		shown = strconv.FormatInt(f.Token(), 10)
-		if cfg.Fenced {
-			token = f.Token()
-		} else {
-			shown += ", not written"
-		}
-	}
-	st := &matrix.State{Workload: cfg.Workload, Schema: cfg.Schema, Items: cfg.Items, Events: cfg.Events}
-	g := matrix.NewGate(db)
-	go func() {
-		<-g.Held
-		fmt.Println("READ " + shown)
-		bufio.NewReader(os.Stdin).ReadString('\n')
-		close(g.Open)
-	}()
-	r, err := st.Apply(ctx, g, cfg.Key, token)
-	switch {
-	case errors.Is(err, matrix.ErrFenced):
-		fmt.Println("RESULT its write refused: ErrFenced")
-	case err != nil:
-		fmt.Println("RESULT " + err.Error())
-	case r == matrix.Done:
-		fmt.Println("RESULT it charged the order too")
-	default:
-		fmt.Println("RESULT refused")
-	}
-	return nil
 }
