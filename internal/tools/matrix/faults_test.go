@@ -59,7 +59,7 @@ func init() {
 	pgFaults["lease"] = append(pgFaults["lease"], behindPgBouncer(matrix.Safe))
 	pgFaults["lease+Guard"] = append(pgFaults["lease+Guard"], pausedFault(holderSpec{Guard: true}), behindPgBouncer(matrix.Safe))
 	faultRows = append(faultRows, matrix.Row{
-		Mechanism: "lease (unfenced)", Group: "lock", Open: leaseUnfenced,
+		Mechanism: "lease (unfenced)", Group: "lock", Open: leaseRow(unfencedWrite),
 		Faults: []matrix.Fault{pausedPastTTL(false)},
 	})
 }
@@ -166,34 +166,6 @@ func staleWrite(f *matrix.FaultRun, who string, r matrix.Result, err error) erro
 		return fmt.Errorf("%s: the stale write neither landed nor was fenced: %v, %v", who, r, err)
 	}
 	return nil
-}
-
-// leaseUnfenced is the lease row with its write unconditional (fence 0):
-// a TTL lock whose holder does not pass its token to the data, as the
-// article's Redis lock does.
-func leaseUnfenced(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
-	db, err := openTx(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := lease.Migrate(ctx, db); err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	m := lease.New(db)
-	op := func(ctx context.Context, key string) (r matrix.Result, err error) {
-		l, err := m.Acquire(ctx, c.State.Schema+":"+key, leaseTTL)
-		if err != nil {
-			return 0, err
-		}
-		defer func() {
-			if rerr := l.Release(context.WithoutCancel(ctx)); err == nil {
-				err = rerr
-			}
-		}()
-		return c.State.Apply(ctx, db, key, 0)
-	}
-	return same(c, op), func() { db.Close() }, nil
 }
 
 // --- the paused holder: a child process ---

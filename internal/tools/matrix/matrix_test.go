@@ -66,8 +66,8 @@ func loadRows() []matrix.Row {
 		{Mechanism: "by hand: UPDATE … WHERE version", Group: "optimistic", Workloads: all, Open: perContender(byHandVersion)},
 		{Mechanism: "txlock", Group: "lock", Workloads: all, Open: txlockDo},
 		{Mechanism: "advisory", Group: "lock", Workloads: all, Open: advisorySession},
-		{Mechanism: "lease", Group: "lock", Workloads: all, Open: leaseRow(false)},
-		{Mechanism: "lease+Guard", Group: "lock", Workloads: all, Open: leaseRow(true)},
+		{Mechanism: "lease", Group: "lock", Workloads: all, Open: leaseRow(fencedWrite)},
+		{Mechanism: "lease+Guard", Group: "lock", Workloads: all, Open: leaseRow(guardedWrite)},
 		{Mechanism: "by hand: pg_advisory_xact_lock", Group: "lock", Workloads: all, Open: perContender(byHandXactLock)},
 		{Mechanism: "idem", Group: "idempotency", Workloads: []matrix.Workload{matrix.Payment}, Open: idemDoTx},
 		{Mechanism: "by hand: claim row", Group: "idempotency", Workloads: []matrix.Workload{matrix.Payment}, Open: byHandClaim},
@@ -291,9 +291,17 @@ func advisorySession(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(
 // lease, the faults its expiry.
 const leaseTTL = 30 * time.Second
 
-// leaseRow is a lease around the body, its write fenced with the lease's
-// token, or (guard) the body in a transaction the lease guards.
-func leaseRow(guard bool) func(context.Context, *matrix.Cell) ([]matrix.Actor, func(), error) {
+// leaseWrite is how a lease row's body writes under the lease.
+type leaseWrite int
+
+const (
+	fencedWrite   leaseWrite = iota // fenced with the lease's token
+	guardedWrite                    // in a transaction the lease guards (BeginGuarded)
+	unfencedWrite                   // unconditionally: a TTL lock whose holder does not pass its token to the data, as the article's Redis lock
+)
+
+// leaseRow is a lease around the body, which writes as w says.
+func leaseRow(w leaseWrite) func(context.Context, *matrix.Cell) ([]matrix.Actor, func(), error) {
 	return func(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
 		db, err := openTx(c)
 		if err != nil {
@@ -314,8 +322,11 @@ func leaseRow(guard bool) func(context.Context, *matrix.Cell) ([]matrix.Actor, f
 					err = rerr
 				}
 			}()
-			if !guard {
+			switch w {
+			case fencedWrite:
 				return c.State.Apply(ctx, db, key, l.Token())
+			case unfencedWrite:
+				return c.State.Apply(ctx, db, key, 0)
 			}
 			tx, err := l.BeginGuarded(ctx, db, nil)
 			if err != nil {
