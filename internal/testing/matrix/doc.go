@@ -26,6 +26,11 @@
 // (errors, no anomaly, and for how long) or unsafe (anomalies, with one
 // printed example). A fault whose Expect is set fails the test when the run
 // disagrees; an empty Expect records the verdict without asserting it.
+// What every lock row's faults share lives here once: the guarded operation
+// of an [sqlock.Acquirer]'s lock ([Guarded], [LockName]), the pause point
+// between a read and its write ([PauseBeforeWrite], [Gate]), and the holder
+// paused past its TTL, a real OS process stopped with SIGSTOP
+// ([FaultRun.PausedHolder], [ServePausedHolder]).
 //
 // Durations are measured and reported, never asserted. With MATRIX_OUT set,
 // [Run] writes $MATRIX_OUT/<module>.json ([Report]).
