@@ -26,6 +26,7 @@ func main() {
 	in := flag.String("in", "", "directory of the <module>.json files make matrix wrote")
 	out := flag.String("out", "docs", "directory to write matrix.md and matrix-<workload>.svg to")
 	command := flag.String("command", "", "the command that produced the JSON, for the header (default: make matrix with the reports' mode)")
+	conditions := flag.String("conditions", "", "what else ran on the machine during the run, for the header (figures taken beside other work are not a quiet machine's)")
 	flag.Parse()
 	if *in == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: go run ./internal/tools/matrix -in DIR [-out docs]")
@@ -33,7 +34,7 @@ func main() {
 	}
 	reports, err := load(*in)
 	if err == nil {
-		err = write(*out, reports, *command)
+		err = write(*out, reports, *command, *conditions)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "matrix:", err)
@@ -82,7 +83,7 @@ func load(dir string) ([]matrix.Report, error) {
 }
 
 // write renders reports into out: matrix.md and one SVG per workload.
-func write(out string, reports []matrix.Report, command string) error {
+func write(out string, reports []matrix.Report, command, conditions string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func write(out string, reports []matrix.Report, command string) error {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(out, "matrix.md"), []byte(markdown(reports, command)), 0o644)
+	return os.WriteFile(filepath.Join(out, "matrix.md"), []byte(markdown(reports, command, conditions)), 0o644)
 }
 
 // groupOrder is the order row groups are printed in.
@@ -212,7 +213,7 @@ func workloadPlot(all []matrix.CellResult, w matrix.Workload) (string, bool) {
 		plot.Panel{Title: "p99 latency (ms, log scale)", LogY: true, Series: p99}), true
 }
 
-func markdown(reports []matrix.Report, command string) string {
+func markdown(reports []matrix.Report, command, conditions string) string {
 	var b strings.Builder
 	var cells []matrix.CellResult
 	var faults []matrix.FaultResult
@@ -243,6 +244,9 @@ func markdown(reports []matrix.Report, command string) string {
 		fmt.Fprintf(&b, "- Command: `make matrix MATRIX=%s`\n", mode)
 	}
 	fmt.Fprintf(&b, "- Date: %s\n", started.UTC().Format("2006-01-02 15:04 UTC"))
+	if conditions != "" {
+		fmt.Fprintf(&b, "- Conditions: %s\n", conditions)
+	}
 	for _, r := range reports {
 		fmt.Fprintf(&b, "- Module %s (MATRIX=%s, %s): %d load cells, %d faults, %.0f s on %s\n", r.Module, r.Mode,
 			r.Started.UTC().Format("15:04 UTC"), len(r.Cells), len(r.Faults), r.Seconds, r.Machine)

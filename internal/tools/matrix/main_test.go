@@ -39,7 +39,7 @@ func TestRenderRatiosVerdictsAndPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := write(out, reports, "make matrix MATRIX=quick"); err != nil {
+	if err := write(out, reports, "make matrix MATRIX=quick", ""); err != nil {
 		t.Fatal(err)
 	}
 	md, err := os.ReadFile(filepath.Join(out, "matrix.md"))
