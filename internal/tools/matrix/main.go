@@ -525,6 +525,12 @@ their ratio says what that costs here.
 		median := ratios[len(ratios)/2]
 		why := "on par (within 5%)"
 		switch {
+		case median > 1.05 && rt < baseRT-0.05:
+			why = fmt.Sprintf("faster: %.1f fewer round trips per operation", baseRT-rt)
+		case median > 1.05 && rt > baseRT+0.05:
+			why = fmt.Sprintf("faster, with %.1f more round trips per operation", rt-baseRT)
+		case median > 1.05:
+			why = "faster, in as many round trips"
 		case median >= 0.95:
 		case rt > baseRT+0.05:
 			why = fmt.Sprintf("%.1f more round trips per operation", rt-baseRT)
