@@ -338,3 +338,45 @@ func BenchmarkHotKey(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkCancellableContext: what a caller's cancellable context costs
+// an uncontended Do on txlock.OpenDB's handle, against
+// context.Background. With a cancellable context the attempt pins its
+// connection (sql.DB.Conn and one Raw), so that a cancellation can send
+// its backend cancel requests instead of cutting the wait, and each step
+// arms a context.AfterFunc; no round trip is added.
+func BenchmarkCancellableContext(b *testing.B) {
+	db := pgtest.New(b)
+	db.Exec("CREATE TABLE t (id int PRIMARY KEY, n bigint NOT NULL)")
+	db.Exec("INSERT INTO t SELECT g, 0 FROM generate_series(0, $1) g", benchRows-1)
+	cfg, err := pgx.ParseConfig(withParam(db.DSN, "synchronous_commit=off"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := txlock.OpenDB(*cfg)
+	defer h.Close()
+	h.SetMaxOpenConns(4)
+	h.SetMaxIdleConns(4)
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"background", context.Background()}, {"cancellable", cancellable}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				id := i % benchRows
+				i++
+				err := txlock.Do(c.ctx, h, advisory.KeyInt(int64(id)), func(ctx context.Context, tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, "UPDATE t SET n = n + 1 WHERE id = $1", id)
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
