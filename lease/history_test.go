@@ -144,7 +144,11 @@ func TestHistoriesAreLinearizableAgainstALockGuardingAFencedRegister(t *testing.
 			var injector sync.WaitGroup
 			if faults {
 				// The fault: now and then the current lease expires on the
-				// server, as if its holder had been paused past its TTL.
+				// server, as if its holder had been paused past its TTL. The
+				// injector announces it on the table's channel: a real
+				// waiter knows the true expiry and wakes for it, where one
+				// that read a minute-long TTL would sleep until the safety
+				// poll (a second per refused write, 22 s a run).
 				injector.Add(1)
 				go func() {
 					defer injector.Done()
@@ -154,7 +158,8 @@ func TestHistoriesAreLinearizableAgainstALockGuardingAFencedRegister(t *testing.
 							return
 						case <-time.After(time.Duration(5+rand.IntN(20)) * time.Millisecond):
 						}
-						conn.Exec(ctx, `UPDATE sqlock_leases SET expires_at = clock_timestamp() - interval '1 second' WHERE name = 'register'`)
+						conn.Exec(ctx, `WITH x AS (UPDATE sqlock_leases SET expires_at = clock_timestamp() - interval '1 second' WHERE name = 'register' RETURNING name)
+SELECT pg_notify('sqlock_leases', name) FROM x`)
 					}
 				}()
 			}
