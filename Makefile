@@ -66,7 +66,7 @@ bench-redis: deps
 # Regenerates docs/matrix.md and docs/matrix-<workload>.svg: every mechanism
 # of the guide's decision table under the same load and faults (issue #37).
 # MATRIX=full (the published figures, under 30 minutes on 2 cores) or quick
-# (under 5); make test runs the same tests with MATRIX unset, a smoke grid.
+# (under 5: the grid make test runs, with MATRIX unset, to prove the harness).
 # -p 1: no two cells measure beside each other.
 MATRIX ?= full
 MATRIX_OUT ?= $(or $(TMPDIR),/tmp)/sqlock-matrix

@@ -15,8 +15,10 @@
 //
 // The grid depends on the [Mode] (MATRIX): "full" runs 1, 8, 32 and 64
 // contenders on one hot key and on many keys, over loopback and the proxy;
-// "quick" a reduced grid; unset ("smoke", what make test runs) one tiny cell
-// per workload, which proves the harness works rather than measuring. Each
+// "quick" (or unset: what make test, and so CI, runs) 4 contenders doing 6
+// operations each on both key shapes and both networks, and every fault
+// with a few operations, which proves the harness works rather than
+// measuring. Each
 // cell reports ops/s, p50 and p99 latency, round trips per operation,
 // refusals, typed errors and the workload's anomalies ([State.Check]); an
 // anomaly under no fault fails the test.

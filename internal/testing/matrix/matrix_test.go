@@ -160,3 +160,21 @@ func TestRunDerivesVerdicts(t *testing.T) {
 		matrix.Fault{Name: "down", Expect: matrix.Unavailable, Run: down},
 	))
 }
+
+// TestModeFromEnv: unset and "quick" are the quick grid, "full" the full
+// one, and anything else (a typo, the retired "smoke") is refused by name
+// rather than run as some grid.
+func TestModeFromEnv(t *testing.T) {
+	for v, want := range map[string]matrix.Mode{"": matrix.Quick, "quick": matrix.Quick, "full": matrix.Full} {
+		t.Setenv("MATRIX", v)
+		if got, err := matrix.ModeFromEnv(); err != nil || got != want {
+			t.Errorf("MATRIX=%q: %q, %v; want %q", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"smoke", "Full", "ful"} {
+		t.Setenv("MATRIX", v)
+		if got, err := matrix.ModeFromEnv(); err == nil || !strings.Contains(err.Error(), `"`+v+`"`) {
+			t.Errorf("MATRIX=%q: %q, %v; want an error naming it", v, got, err)
+		}
+	}
+}

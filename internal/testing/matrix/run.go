@@ -27,10 +27,8 @@ func gridOf(m Mode) grid {
 	switch m {
 	case Full:
 		return grid{[]int{1, 8, 32, 64}, []Keys{HotKey, ManyKeys}, []Net{Loopback, Proxy}, time.Second, 2000}
-	case Quick:
-		return grid{[]int{1, 8, 32}, []Keys{HotKey, ManyKeys}, []Net{Loopback, Proxy}, 150 * time.Millisecond, 300}
 	}
-	return grid{[]int{4}, []Keys{HotKey}, []Net{Loopback}, 0, 6}
+	return grid{[]int{4}, []Keys{HotKey, ManyKeys}, []Net{Loopback, Proxy}, 0, 6}
 }
 
 // Contenders returns the contender counts of m's grid, for a plot's axis.
@@ -124,7 +122,10 @@ func closeCell(t testing.TB, c *Cell) {
 // With MATRIX_OUT set it writes $MATRIX_OUT/<module>.json.
 func Run(t *testing.T, rows ...Row) {
 	t.Helper()
-	mode := ModeFromEnv()
+	mode, err := ModeFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
 	rep := &Report{Module: moduleName(), Mode: mode, Started: time.Now().UTC(), Machine: machine()}
 	seen := map[string]bool{}
 	for _, r := range rows {
