@@ -328,7 +328,7 @@ func casPartitioned(srv *dynamotest.Server) func(context.Context, *matrix.FaultR
 			outcome = "found the order charged"
 		}
 		f.Note("A's client through a proxy, stalled between A's read and its swap; B charged the order (%s); the partition healed, A's swap lost and A, reading again, %s (%s)",
-			errOrOK(berr), outcome, errOrOK(aerr))
+			matrix.Outcome(berr), outcome, matrix.Outcome(aerr))
 		return nil
 	}
 }
@@ -363,35 +363,14 @@ func lockPartitioned(srv *dynamotest.Server, locks string) func(context.Context,
 			return err
 		}
 		p := pgtest.StartTCPProxy(f.T, strings.TrimPrefix(srv.Endpoint, "http://"))
-		key := c.State.Key(0)
-		g := matrix.NewGate(c.DB)
-		a := matrix.Guarded(c, g, locker(srv.Client(options(countOn(c.RoundTrips), through("http://"+p.Addr()))), locks, shortTTL), true)
-		aDone := make(chan error, 1)
-		go func() {
-			_, err := a(ctx, key)
-			aDone <- err
-		}()
-		select {
-		case <-g.Held:
-		case err := <-aDone:
-			return fmt.Errorf("holder A ended before its write: %v", err)
+		a := func(q matrix.Querier) matrix.Actor {
+			return matrix.Guarded(c, q, locker(srv.Client(options(countOn(c.RoundTrips), through("http://"+p.Addr()))), locks, shortTTL), true)
 		}
-		p.Stall()
-		_, berr := f.Do(ctx, matrix.Guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), true), key)
-		p.Resume()
-		close(g.Open)
-		aerr := <-aDone
-		f.Note("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it; B, once it had watched the lock unchanged for the TTL: %s; A's write once the partition healed: %s",
-			shortTTL, errOrOK(berr), errOrOK(aerr))
-		return nil
+		b := matrix.Guarded(c, c.DB, locker(srv.Client(countOn(c.RoundTrips)), locks, matrixTTL), true)
+		return f.Partitioned(ctx, c, p, a, b,
+			fmt.Sprintf("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it", shortTTL),
+			"B, once it had watched the lock unchanged for the TTL")
 	}
-}
-
-func errOrOK(err error) string {
-	if err != nil {
-		return err.Error()
-	}
-	return "ok"
 }
 
 // holderConfig is what the paused holder, the test binary run again, is

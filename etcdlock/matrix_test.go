@@ -117,40 +117,6 @@ func etcdOpen(endpoints []string, fenced bool) func(context.Context, *matrix.Cel
 	}
 }
 
-// holding starts a's operation on key and returns once it holds the lock
-// and has read the item; write lets it write, and wait waits for its end
-// and returns its error. recorded makes it one of the fault's operations;
-// otherwise it is the fault itself — a holder whose write the fence is to
-// refuse — and what it did goes in a note.
-func holding(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, a func(q matrix.Querier) matrix.Actor, key string, recorded bool) (write func(), wait func() error, err error) {
-	g := matrix.NewGate(c.DB)
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		if recorded {
-			_, err = f.Do(ctx, a(g), key)
-		} else {
-			_, err = a(g).Op(ctx, key)
-		}
-		done <- err
-	}()
-	var once sync.Once
-	write = func() { once.Do(func() { close(g.Open) }) }
-	wait = func() error {
-		write()
-		return <-done
-	}
-	select {
-	case <-g.Held:
-		return write, wait, nil
-	case err := <-done:
-		return nil, nil, fmt.Errorf("holder A ended before its write: %v", err)
-	case <-ctx.Done():
-		wait()
-		return nil, nil, fmt.Errorf("holder A never read: %w", ctx.Err())
-	}
-}
-
 // leaderKilled: A holds an order's lock and has read it, two waiters
 // queue behind it; the leader is killed. Once the two members left agree
 // on a new leader, A writes and releases, and the waiters are served in
@@ -172,9 +138,9 @@ func killLeader(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 	actor := func(q matrix.Querier) matrix.Actor {
 		return matrix.Guarded(c, q, locker(f.T, c.RoundTrips, matrixTTL, cluster.Endpoints()...), true)
 	}
-	_, wait, err := holding(ctx, f, c, actor, key, true)
+	h, err := f.Hold(ctx, c, key, actor)
 	if err != nil {
-		return err
+		return fmt.Errorf("holder A: %w", err)
 	}
 	watcher := cluster.Client(f.T)
 	var wg sync.WaitGroup
@@ -192,7 +158,7 @@ func killLeader(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 		leader, err = cluster.Leader(ctx)
 	}
 	elected := time.Since(killed)
-	wait()
+	h.Wait(ctx)
 	wg.Wait()
 	if err != nil {
 		return err
@@ -280,9 +246,9 @@ func loseQuorum(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 	a := func(q matrix.Querier) matrix.Actor {
 		return matrix.Guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, cluster.Endpoints()...), true)
 	}
-	write, wait, err := holding(ctx, f, c, a, key, true)
+	h, err := f.Hold(ctx, c, key, a)
 	if err != nil {
-		return err
+		return fmt.Errorf("holder A: %w", err)
 	}
 	for _, m := range cluster.Members[1:] {
 		if err = m.Kill(); err != nil {
@@ -294,11 +260,11 @@ func loseQuorum(ctx context.Context, f *matrix.FaultRun, cluster *etcdtest.Clust
 		_, berr := f.Do(ctx, matrix.Guarded(c, c.DB, waiter, true), key)
 		f.Note("2 of 3 members killed while A held the order's lock; B's Acquire: %v", berr)
 	}
-	write() // its Release waits for the members, which come back now
+	h.Resume() // its Release waits for the members, which come back now
 	if serr := cluster.StartAll(ctx); err == nil {
 		err = serr
 	}
-	wait()
+	h.Wait(ctx)
 	if err != nil {
 		return err
 	}
@@ -319,31 +285,15 @@ func partitioned(endpoints []string) func(context.Context, *matrix.FaultRun) err
 		if err != nil {
 			return err
 		}
-		key := c.State.Key(0)
 		p := pgtest.StartTCPProxy(f.T, strings.TrimPrefix(endpoints[0], "http://"))
 		a := func(q matrix.Querier) matrix.Actor {
 			return matrix.Guarded(c, q, locker(f.T, c.RoundTrips, shortTTL, "http://"+p.Addr()), true)
 		}
-		_, wait, err := holding(ctx, f, c, a, key, false)
-		if err != nil {
-			return err
-		}
-		p.Stall()
 		b := matrix.Guarded(c, c.DB, locker(f.T, c.RoundTrips, matrixTTL, endpoints...), true)
-		_, berr := f.Do(ctx, b, key)
-		p.Resume()
-		aerr := wait()
-		f.Note("A's client through a proxy to one member, stalled while A held the order's lock (lease %v) and had read it; B, once the lease expired: %v; A's write once the partition healed: %v",
-			shortTTL, errOrOK(berr), errOrOK(aerr))
-		return nil
+		return f.Partitioned(ctx, c, p, a, b,
+			fmt.Sprintf("A's client through a proxy to one member, stalled while A held the order's lock (lease %v) and had read it", shortTTL),
+			"B, once the lease expired")
 	}
-}
-
-func errOrOK(err error) string {
-	if err != nil {
-		return err.Error()
-	}
-	return "ok"
 }
 
 // pausedFault: matrix.PausedHolder with the shortest lease a member

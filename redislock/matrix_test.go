@@ -158,20 +158,11 @@ func redisOpen(servers func() []*redistest.Server, fenced bool) func(context.Con
 // not, A writes and releases and B finds the order charged.
 func secondHolder(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, quorum int, a, b func(q matrix.Querier, h *countHook) matrix.Actor, inject func() error) error {
 	key := c.State.Key(0)
-	g := matrix.NewGate(c.DB)
-	aDone := make(chan error, 1)
-	go func() {
-		_, err := f.Do(ctx, a(g, &countHook{rt: c.RoundTrips}), key)
-		aDone <- err
-	}()
-	select {
-	case <-g.Held:
-	case err := <-aDone:
-		return fmt.Errorf("holder A ended before its write: %v", err)
-	case <-ctx.Done():
-		return fmt.Errorf("holder A never read: %w", ctx.Err())
+	h, err := f.Hold(ctx, c, key, func(q matrix.Querier) matrix.Actor { return a(q, &countHook{rt: c.RoundTrips}) })
+	if err != nil {
+		return fmt.Errorf("holder A: %w", err)
 	}
-	err := inject()
+	err = inject()
 	bDone := make(chan struct{})
 	hb := &countHook{rt: c.RoundTrips, refusals: make(chan struct{}, quorum)}
 	if err == nil {
@@ -193,8 +184,7 @@ func secondHolder(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, quoru
 	} else {
 		close(bDone)
 	}
-	close(g.Open)
-	<-aDone
+	h.Wait(ctx)
 	<-bDone
 	return err
 }
@@ -327,29 +317,14 @@ func partitionedFault(fenced bool) func(context.Context, *matrix.FaultRun) error
 			o.Addr = p.Addr()
 			o.ContextTimeoutEnabled = true
 		})
-		key := c.State.Key(0)
-		g := matrix.NewGate(c.DB)
-		a := matrix.Guarded(c, g, acquirerOf([]redis.UniversalClient{proxied}, &countHook{rt: c.RoundTrips}, ttl), fenced)
-		aDone := make(chan error, 1)
-		go func() {
-			_, err := a(ctx, key)
-			aDone <- err
-		}()
-		select {
-		case <-g.Held:
-		case err := <-aDone:
-			return fmt.Errorf("holder A ended before its write: %v", err)
+		a := func(q matrix.Querier) matrix.Actor {
+			return matrix.Guarded(c, q, acquirerOf([]redis.UniversalClient{proxied}, &countHook{rt: c.RoundTrips}, ttl), fenced)
 		}
-		p.Stall()
 		// B waits for A's key to expire on the server, however long that
 		// takes here.
-		_, berr := f.Do(ctx, matrix.Guarded(c, c.DB, acquirer(f.T, []*redistest.Server{s}, &countHook{rt: c.RoundTrips}, matrixTTL), fenced), key)
-		p.Resume()
-		close(g.Open)
-		aerr := <-aDone
-		f.Note("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it; B: %s; A's write once the partition healed: %s",
-			ttl, errOrOK(berr), errOrOK(aerr))
-		return nil
+		b := matrix.Guarded(c, c.DB, acquirer(f.T, []*redistest.Server{s}, &countHook{rt: c.RoundTrips}, matrixTTL), fenced)
+		return f.Partitioned(ctx, c, p, a, b,
+			fmt.Sprintf("A's client through a proxy, stalled while A held the order's lock (TTL %v) and had read it", ttl), "B")
 	}
 }
 
@@ -394,11 +369,4 @@ func openHolder(_ context.Context, spec matrix.HolderSpec) (sqlock.Acquirer, fun
 		return redislock.New(cs[0]).Acquirer(spec.TTL), closeAll, nil
 	}
 	return redislock.NewRedlock(cs).Acquirer(spec.TTL), closeAll, nil
-}
-
-func errOrOK(err error) string {
-	if err != nil {
-		return err.Error()
-	}
-	return "ok"
 }

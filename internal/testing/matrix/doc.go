@@ -29,10 +29,14 @@
 // printed example). A fault whose Expect is set fails the test when the run
 // disagrees; an empty Expect records the verdict without asserting it.
 // What every lock row's faults share lives here once: the guarded operation
-// of an [sqlock.Acquirer]'s lock ([Guarded], [LockName]), the pause point
-// between a read and its write ([PauseBeforeWrite], [Gate]), and the holder
-// paused past its TTL, a real OS process stopped with SIGSTOP
-// ([FaultRun.PausedHolder], [ServePausedHolder]).
+// of an [sqlock.Acquirer]'s lock ([Guarded], [LockName]); the pause point
+// between a read and its write ([PauseBeforeWrite]) and an operation held
+// there while a fault is made ([Hold], [FaultRun.Hold]); the holder paused
+// past its TTL, a real OS process stopped with SIGSTOP, fenced, unfenced
+// or guarded, once or in rounds around another fault such as a failover
+// ([FaultRun.PausedHolder], [FaultRun.PausedRound], [ServePausedHolder]);
+// and the holder partitioned from its store by a proxy
+// ([FaultRun.Partitioned]).
 //
 // Durations are measured and reported, never asserted. With MATRIX_OUT set,
 // [Run] writes $MATRIX_OUT/<module>.json ([Report]).

@@ -3,6 +3,7 @@ package matrix
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sync"
 
 	"github.com/sqlock/sqlock"
@@ -51,23 +52,53 @@ func (p *pausing) ExecContext(ctx context.Context, query string, args ...any) (s
 	return p.Querier.ExecContext(ctx, query, args...)
 }
 
-// Gate holds one operation between its read and its write: Held is closed
-// when the operation reaches its write, which then waits until Open is
-// closed (or its context ends).
-type Gate struct {
-	Querier
-	Held, Open chan struct{}
+// Held is an operation that Hold started and holds at its pause point.
+type Held struct {
+	paused, resume, done chan struct{}
+	once                 sync.Once
+	r                    Result
+	err                  error
 }
 
-// NewGate is a Gate on q.
-func NewGate(q Querier) *Gate {
-	g := &Gate{Held: make(chan struct{}), Open: make(chan struct{})}
-	g.Querier = PauseBeforeWrite(q, func(ctx context.Context) {
-		close(g.Held)
-		select {
-		case <-g.Open:
-		case <-ctx.Done():
-		}
-	})
-	return g
+// Hold runs op in a goroutine — an operation that calls pause once, at the
+// point it is to be held (PauseBeforeWrite places it between a read and
+// its write) — and returns once op has reached it: the fault goes there.
+// It is an error if op ends first (a refusal, an error) or ctx does; op
+// has then ended or been let go.
+func Hold(ctx context.Context, op func(ctx context.Context, pause func(context.Context)) (Result, error)) (*Held, error) {
+	h := &Held{paused: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		h.r, h.err = op(ctx, func(ctx context.Context) {
+			close(h.paused)
+			select {
+			case <-h.resume:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	select {
+	case <-h.paused:
+		return h, nil
+	case <-h.done:
+		return nil, fmt.Errorf("the holder ended before its pause point (%v, %v)", h.r, h.err)
+	case <-ctx.Done():
+		h.Resume()
+		return nil, fmt.Errorf("the holder never reached its pause point: %w", ctx.Err())
+	}
+}
+
+// Resume lets the held operation go on; calling it again does nothing.
+func (h *Held) Resume() { h.once.Do(func() { close(h.resume) }) }
+
+// Wait resumes the held operation and returns its outcome, or an error if
+// ctx ends first.
+func (h *Held) Wait(ctx context.Context) (Result, error) {
+	h.Resume()
+	select {
+	case <-h.done:
+		return h.r, h.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("the held operation never ended: %w", ctx.Err())
+	}
 }

@@ -3,6 +3,7 @@ package matrix
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,18 +27,24 @@ import (
 // token is older than B's and PostgreSQL refuses the write (safe);
 // unfenced, the item is charged, booked or sold twice (unsafe). A does not
 // check its lock between its read and its write, which a check could not
-// make safe anyway: a pause after the check is the same fault.
+// make safe anyway: a pause after the check is the same fault. Guarded, A
+// is stopped before a transaction its lock guards (a lease's
+// BeginGuarded), which refuses to begin once the lock is lost.
 
 // pausedHolderEnv carries a paused holder's spec (JSON) to its process.
 const pausedHolderEnv = "SQLOCK_MATRIX_PAUSED_HOLDER"
 
 // HolderSpec is what a paused holder's process needs: the lock (its
-// name, TTL, whether its token fences the write), the row's own part
-// (Backend: where its servers are, for the row's open function) and the
-// cell's workload state, which PausedHolder fills in.
+// TTL, whether its token fences the write or a transaction it guards
+// holds the write), the row's own part (Backend: where its servers are,
+// for the row's open function) and the cell's workload state, which
+// PausedHolder fills in.
 type HolderSpec struct {
-	TTL     time.Duration
-	Fenced  bool
+	TTL    time.Duration
+	Fenced bool
+	// Guarded: A is stopped before its operation, which it then runs in
+	// a transaction its lock guards; the lock must be a TxGuard.
+	Guarded bool
 	Backend json.RawMessage
 
 	Name, Key             string
@@ -46,11 +53,26 @@ type HolderSpec struct {
 	Schema, Items, Events string
 }
 
-// PausedHolder runs the fault on cell c (one item) with holder A's lock
+// TxGuard is a lock that can guard a transaction: BeginGuarded begins one
+// on db that commits only while the lock is held (lease.Lease does).
+type TxGuard interface {
+	BeginGuarded(ctx context.Context, db interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// PausedHolder runs the fault on cell c's first item with holder A's lock
 // as spec describes, b being B's operation, and notes what happened; an
 // error means the fault could not be made.
 func (f *FaultRun) PausedHolder(ctx context.Context, c *Cell, spec HolderSpec, b Actor) error {
-	key := c.State.Key(0)
+	return f.PausedRound(ctx, c, c.State.Key(0), spec, func(context.Context) (Actor, error) { return b, nil })
+}
+
+// PausedRound is PausedHolder on c's item key, with during run while A is
+// stopped: it makes whatever else the fault is made of (a failover, say)
+// and returns B's operation, opened afterwards. A row runs several rounds
+// on items of their own.
+func (f *FaultRun) PausedRound(ctx context.Context, c *Cell, key string, spec HolderSpec, during func(context.Context) (Actor, error)) error {
 	spec.Name, spec.Key, spec.DSN, spec.Workload = LockName(c, key), key, c.DSN, c.Workload
 	spec.Schema, spec.Items, spec.Events = c.State.Schema, c.State.Items, c.State.Events
 	env, err := json.Marshal(spec)
@@ -73,6 +95,7 @@ func (f *FaultRun) PausedHolder(ctx context.Context, c *Cell, spec HolderSpec, b
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
+	defer cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies only once continued
 	lines := bufio.NewScanner(stdout)
 	var other []string // what else it said: a failure's message
 	said := func(prefix string) (string, error) {
@@ -84,15 +107,19 @@ func (f *FaultRun) PausedHolder(ctx context.Context, c *Cell, spec HolderSpec, b
 		}
 		return "", fmt.Errorf("the paused holder never said %q (%v): %s", prefix, lines.Err(), strings.Join(other, " | "))
 	}
-	token, err := said("READ ")
+	token, err := said("PAUSED ")
 	if err != nil {
 		return err
 	}
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
+	b, err := during(ctx)
+	if err != nil {
+		return err
+	}
 	// B waits for A's lock to expire: that is the pause past the TTL,
-	// however long it takes here.
+	// however long it takes here. An error is the row's unavailability.
 	_, berr := f.Do(ctx, b, key)
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		return err
@@ -104,22 +131,34 @@ func (f *FaultRun) PausedHolder(ctx context.Context, c *Cell, spec HolderSpec, b
 	if err != nil {
 		return err
 	}
-	bres := "ok"
-	if berr != nil {
-		bres = berr.Error()
+	where := "between its read and its write"
+	if spec.Guarded {
+		where = "before its guarded transaction"
 	}
-	f.Note("A (pid %d, token %s, TTL %v) stopped with SIGSTOP between its read and its write; B took the lock and wrote (%s); A continued: %s",
-		cmd.Process.Pid, token, spec.TTL, bres, result)
-	return nil
+	f.Note("A (pid %d, token %s, TTL %v) stopped with SIGSTOP %s; B took the lock and wrote (%s); A continued: %s",
+		cmd.Process.Pid, token, spec.TTL, where, Outcome(berr), result)
+	switch result {
+	case resultFenced, resultLost, resultLanded:
+		return nil
+	}
+	return fmt.Errorf("the paused holder's stale write neither landed nor was refused: %s", result)
 }
+
+// What a paused holder's stale write came to; anything else means the
+// fault was not made.
+const (
+	resultFenced = "its write refused by the fence (ErrFenced)"
+	resultLost   = "its guarded transaction refused (ErrLost)"
+	resultLanded = "its write landed"
+)
 
 // ServePausedHolder is the paused holder's process, when this test binary
 // was started as one by PausedHolder (call it first in TestMatrix; served
 // reports whether it was). It takes the lock from the Acquirer open makes
-// of the spec, reads the item, says "READ <token>" and waits at its write
-// for a line on stdin (its parent stops it, takes the lock and continues
-// it meanwhile); then it writes, fenced with its token or not, and says
-// "RESULT …".
+// of the spec, reads the item, says "PAUSED <token>" and waits at its
+// write (guarded: before its transaction) for a line on stdin (its parent
+// stops it, takes the lock and continues it meanwhile); then it writes,
+// fenced with its token or not, and says "RESULT …".
 func ServePausedHolder(open func(ctx context.Context, spec HolderSpec) (sqlock.Acquirer, func(), error)) (served bool, err error) {
 	env := os.Getenv(pausedHolderEnv)
 	if env == "" {
@@ -157,24 +196,52 @@ func ServePausedHolder(open func(ctx context.Context, spec HolderSpec) (sqlock.A
 			shown += ", not written"
 		}
 	}
-	st := &State{Workload: spec.Workload, Schema: spec.Schema, Items: spec.Items, Events: spec.Events}
-	g := NewGate(db)
-	go func() {
-		<-g.Held
-		fmt.Println("READ " + shown)
+	pause := func(context.Context) {
+		fmt.Println("PAUSED " + shown)
 		bufio.NewReader(os.Stdin).ReadString('\n')
-		close(g.Open)
-	}()
-	r, err := st.Apply(ctx, g, spec.Key, token)
+		// Its connections may be to a server that is gone (a failover):
+		// the write goes where the pool's next connection goes.
+		db.SetMaxIdleConns(0)
+		db.SetMaxIdleConns(2)
+	}
+	st := &State{Workload: spec.Workload, Schema: spec.Schema, Items: spec.Items, Events: spec.Events}
+	var r Result
+	if spec.Guarded {
+		r, err = guardedApply(ctx, l, db, st, spec.Key, pause)
+	} else {
+		r, err = st.Apply(ctx, PauseBeforeWrite(db, pause), spec.Key, token)
+	}
 	switch {
 	case errors.Is(err, ErrFenced):
-		fmt.Println("RESULT its write refused: ErrFenced")
+		fmt.Println("RESULT " + resultFenced)
+	case errors.Is(err, sqlock.ErrLost):
+		fmt.Println("RESULT " + resultLost)
 	case err != nil:
-		fmt.Println("RESULT " + err.Error())
+		fmt.Println("RESULT error: " + strings.ReplaceAll(err.Error(), "\n", " "))
 	case r == Done:
-		fmt.Println("RESULT it wrote too")
+		fmt.Println("RESULT " + resultLanded)
 	default:
 		fmt.Println("RESULT refused")
 	}
 	return true, nil
+}
+
+// guardedApply pauses, then applies the operation on key in a transaction
+// l guards.
+func guardedApply(ctx context.Context, l sqlock.Lock, db *sql.DB, st *State, key string, pause func(context.Context)) (Result, error) {
+	g, ok := l.(TxGuard)
+	if !ok {
+		return 0, fmt.Errorf("matrix: a guarded holder's lock (%T) cannot guard a transaction", l)
+	}
+	pause(ctx)
+	tx, err := g.BeginGuarded(ctx, db, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	r, err := st.Apply(ctx, tx, key, 0)
+	if err != nil {
+		return 0, err
+	}
+	return r, tx.Commit()
 }

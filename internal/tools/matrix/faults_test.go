@@ -1,24 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/sqlock/sqlock"
 	"github.com/sqlock/sqlock/advisory"
 	"github.com/sqlock/sqlock/internal/testing/matrix"
 	"github.com/sqlock/sqlock/internal/testing/pgtest"
@@ -43,10 +34,6 @@ import (
 // mechanism promises (and is noted); landed, it shows as the workload's
 // anomaly.
 func init() {
-	if spec := os.Getenv(holderEnv); spec != "" {
-		// This binary was started as the paused holder of a fault.
-		os.Exit(pausedHolder(spec))
-	}
 	for _, m := range []string{"versioned+retry", "gormplugin+retry", "CAS", "DoOptimistic", "by hand: UPDATE … WHERE version",
 		"by hand: pg_advisory_xact_lock", "idem"} {
 		pgFaults[m] = append(pgFaults[m], storeKilled())
@@ -57,7 +44,7 @@ func init() {
 	pgFaults["lease"] = append(pgFaults["lease"], pausedPastTTL(true), leasePartitioned(),
 		leaseFailover(true), leaseFailover(false))
 	pgFaults["lease"] = append(pgFaults["lease"], behindPgBouncer(matrix.Safe))
-	pgFaults["lease+Guard"] = append(pgFaults["lease+Guard"], pausedFault(holderSpec{Guard: true}), behindPgBouncer(matrix.Safe))
+	pgFaults["lease+Guard"] = append(pgFaults["lease+Guard"], pausedFault(matrix.HolderSpec{Guarded: true}), behindPgBouncer(matrix.Safe))
 	faultRows = append(faultRows, matrix.Row{
 		Mechanism: "lease (unfenced)", Group: "lock", Open: leaseRow(unfencedWrite),
 		Faults: []matrix.Fault{pausedPastTTL(false)},
@@ -94,51 +81,6 @@ func flushIdle(db *sql.DB, n int) {
 // idleConns is what the harness keeps idle on a cell of c contenders.
 func idleConns(c *matrix.Cell) int { return 2*c.Contenders + 4 }
 
-// stepped is an operation that step started and holds between its read
-// and its write; wait lets the write go and returns the outcome.
-type stepped struct {
-	read, resume chan struct{}
-	done         chan struct{}
-	r            matrix.Result
-	err          error
-}
-
-// step runs op — an operation whose Querier pauses before its write with
-// the pause it is given — in a goroutine, and returns once it has read,
-// or an error if it ended without a write to pause at (a refusal, an
-// error).
-func step(ctx context.Context, op func(ctx context.Context, pause func(context.Context)) (matrix.Result, error)) (*stepped, error) {
-	s := &stepped{read: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		s.r, s.err = op(ctx, func(ctx context.Context) {
-			close(s.read)
-			select {
-			case <-s.resume:
-			case <-ctx.Done():
-			}
-		})
-	}()
-	select {
-	case <-s.read:
-		return s, nil
-	case <-s.done:
-		return nil, fmt.Errorf("the holder ended before its write (%v, %v)", s.r, s.err)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("the holder never read: %w", ctx.Err())
-	}
-}
-
-func (s *stepped) wait(ctx context.Context) (matrix.Result, error) {
-	close(s.resume)
-	select {
-	case <-s.done:
-		return s.r, s.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("the holder's write never ended: %w", ctx.Err())
-	}
-}
-
 // via is c reached through dsn instead (a proxy in front of the same
 // database): the same State, contenders and round-trip counter.
 func via(c *matrix.Cell, dsn string) *matrix.Cell {
@@ -165,202 +107,16 @@ func staleWrite(f *matrix.FaultRun, who string, r matrix.Result, err error) erro
 	return nil
 }
 
-// --- the paused holder: a child process ---
+// --- the paused holder: a child process (matrix.PausedRound) ---
 
-// holderEnv carries a paused holder's spec (JSON) to the child process.
-const holderEnv = "SQLOCK_MATRIX_PAUSED_HOLDER"
-
-// holderSpec is what the paused holder does: take Lease on DSN for TTL
-// and apply one operation on Key of the state, pausing between its read
-// and its write, its write fenced by the lease's token or not; or, Guard,
-// pause first and then apply it in a transaction the lease guards
-// (BeginGuarded), as the lease+Guard row does.
-type holderSpec struct {
-	DSN, Lease, Key       string
-	TTL                   time.Duration
-	Workload              matrix.Workload
-	Schema, Items, Events string
-	Fenced, Guard         bool
-}
-
-// pausedHolder is the child process: it says "ACQUIRED <token>", reads,
-// says "PAUSE" and waits for a line on stdin (its parent stops it with
-// SIGSTOP meanwhile, and continues it before sending the line); then it
-// writes what it read, as a holder that slept through its TTL would, and
-// says "RESULT fenced|lost|done|refused|error: …".
-func pausedHolder(spec string) int {
-	var h holderSpec
-	if err := json.Unmarshal([]byte(spec), &h); err != nil {
-		fmt.Println("spec:", err)
-		return 2
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cfg, err := pgx.ParseConfig(h.DSN)
+// openLeaseHolder is the paused holder's lock, in its process: a lease on
+// the cell's database.
+func openLeaseHolder(_ context.Context, spec matrix.HolderSpec) (sqlock.Acquirer, func(), error) {
+	db, err := matrix.OpenSQL(spec.DSN, &matrix.RoundTrips{})
 	if err != nil {
-		fmt.Println(err)
-		return 2
+		return nil, nil, err
 	}
-	db := txlock.OpenDB(*cfg) // BeginGuarded's handle
-	defer db.Close()
-	l, err := lease.New(db, lease.WithTimeout(time.Minute)).Acquire(ctx, h.Lease, h.TTL)
-	if err != nil {
-		fmt.Println(err)
-		return 2
-	}
-	defer l.Release(ctx)
-	fmt.Printf("ACQUIRED %d\n", l.Token())
-	in := bufio.NewReader(os.Stdin)
-	pause := func(context.Context) {
-		fmt.Println("PAUSE")
-		in.ReadString('\n')
-		// Its connections may be to a server that is gone (a failover):
-		// the write goes where a pool's next connection goes.
-		flushIdle(db, 2)
-	}
-	s := &matrix.State{Workload: h.Workload, Schema: h.Schema, Items: h.Items, Events: h.Events}
-	var r matrix.Result
-	if h.Guard {
-		pause(ctx)
-		err = func() error {
-			tx, err := l.BeginGuarded(ctx, db, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if r, err = s.Apply(ctx, tx, h.Key, 0); err != nil {
-				return err
-			}
-			return tx.Commit()
-		}()
-	} else {
-		fence := int64(0)
-		if h.Fenced {
-			fence = l.Token()
-		}
-		r, err = s.Apply(ctx, matrix.PauseBeforeWrite(db, pause), h.Key, fence)
-	}
-	switch {
-	case errors.Is(err, matrix.ErrFenced):
-		fmt.Println("RESULT fenced")
-	case errors.Is(err, lease.ErrLost):
-		fmt.Println("RESULT lost")
-	case err != nil:
-		fmt.Println("RESULT error:", strings.ReplaceAll(err.Error(), "\n", " "))
-	case r == matrix.Refused:
-		fmt.Println("RESULT refused")
-	default:
-		fmt.Println("RESULT done")
-	}
-	return 0
-}
-
-// holderProc is the parent's side of a paused holder.
-type holderProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
-}
-
-// startHolder starts the paused holder h; it is killed when t ends (or
-// ctx does).
-func startHolder(ctx context.Context, t testing.TB, h holderSpec) (*holderProc, error) {
-	spec, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderEnv+"="+string(spec))
-	cmd.Stderr = os.Stderr
-	p := &holderProc{cmd: cmd}
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	p.out = bufio.NewScanner(stdout)
-	return p, nil
-}
-
-// expect returns what follows prefix on the holder's next line, or an
-// error once it has exited without saying it.
-func (p *holderProc) expect(prefix string) (string, error) {
-	if !p.out.Scan() {
-		return "", fmt.Errorf("the paused holder exited before %q (%v)", prefix, p.out.Err())
-	}
-	rest, ok := strings.CutPrefix(p.out.Text(), prefix)
-	if !ok {
-		return "", fmt.Errorf("the paused holder said %q, want %q", p.out.Text(), prefix)
-	}
-	return rest, nil
-}
-
-// pausedRound is one paused holder (spec) on key of c: it takes the
-// lease the row's actors take for key, reaches its pause (after its read,
-// or before its guarded transaction), and is stopped (SIGSTOP);
-// during the pause meanwhile runs (a failover, say) and then next's actor
-// — the row's next holder — does the operation on key, which it can only
-// do once the paused holder's lease has expired on the server. Then the
-// holder is continued and writes: after the next holder's write, by
-// construction.
-func pausedRound(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, spec holderSpec, key string,
-	meanwhile func() error, next func() (matrix.Actor, error)) error {
-	spec.Lease, spec.Key = c.State.Schema+":"+key, key
-	spec.Workload, spec.Schema, spec.Items, spec.Events = c.State.Workload, c.State.Schema, c.State.Items, c.State.Events
-	h, err := startHolder(ctx, f.T, spec)
-	if err != nil {
-		return err
-	}
-	tok, err := h.expect("ACQUIRED ")
-	if err != nil {
-		return err
-	}
-	if _, err := h.expect("PAUSE"); err != nil {
-		return err
-	}
-	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return err
-	}
-	if meanwhile != nil {
-		if err := meanwhile(); err != nil {
-			return err
-		}
-	}
-	a, err := next()
-	if err != nil {
-		return err
-	}
-	f.Do(ctx, a, key) // recorded: an error here is the row's unavailability
-	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		return err
-	}
-	if _, err := io.WriteString(h.stdin, "write\n"); err != nil {
-		return err
-	}
-	res, err := h.expect("RESULT ")
-	if err != nil {
-		return err
-	}
-	who := "the paused holder (token " + tok + ")"
-	switch res {
-	case "fenced":
-		return staleWrite(f, who, 0, matrix.ErrFenced)
-	case "lost":
-		return staleWrite(f, who, 0, lease.ErrLost)
-	case "done":
-		return staleWrite(f, who, matrix.Done, nil)
-	}
-	return fmt.Errorf("%s: %s", who, res)
+	return lease.New(db, lease.WithTimeout(time.Minute)).Acquirer(spec.TTL), func() { db.Close() }, nil
 }
 
 // pausedPastTTL: the holder, a real OS process, is stopped with SIGSTOP
@@ -372,14 +128,14 @@ func pausedRound(ctx context.Context, f *matrix.FaultRun, c *matrix.Cell, spec h
 // form, pausedFault with Guard: paused before its guarded transaction, the
 // holder's BEGIN is refused with ErrLost.)
 func pausedPastTTL(fenced bool) matrix.Fault {
-	return pausedFault(holderSpec{Fenced: fenced})
+	return pausedFault(matrix.HolderSpec{Fenced: fenced})
 }
 
 // pausedFault is pausedPastTTL for the holder spec describes (fenced,
 // unfenced or guarded).
-func pausedFault(spec holderSpec) matrix.Fault {
+func pausedFault(spec matrix.HolderSpec) matrix.Fault {
 	name, expect := "holder paused past TTL (fenced)", matrix.Safe
-	if !spec.Fenced && !spec.Guard {
+	if !spec.Fenced && !spec.Guarded {
 		name, expect = "holder paused past TTL (unfenced)", matrix.Unsafe
 	}
 	return matrix.Fault{Name: name, Expect: expect, Run: func(ctx context.Context, f *matrix.FaultRun) error {
@@ -393,20 +149,16 @@ func pausedFault(spec holderSpec) matrix.Fault {
 		if err != nil {
 			return err
 		}
-		spec.DSN, spec.TTL = db.DSN, holderTTL(db)
+		// Guarded, the pause is before the transaction: inside it the
+		// lease cannot be taken over, and a pause there makes the next
+		// holder wait, no more.
+		spec.TTL = holderTTL(db)
 		for i := range rounds {
-			next := func() (matrix.Actor, error) { return actors[0], nil }
-			if err := pausedRound(ctx, f, c, spec, c.State.Key(i), nil, next); err != nil {
+			next := func(context.Context) (matrix.Actor, error) { return actors[0], nil }
+			if err := f.PausedRound(ctx, c, c.State.Key(i), spec, next); err != nil {
 				return err
 			}
 		}
-		where := "between its read and its write"
-		if spec.Guard {
-			// Inside the guarded transaction the lease cannot be taken
-			// over: a pause there makes the next holder wait, no more.
-			where = "before its guarded transaction"
-		}
-		f.Note("the holder is a child process stopped with SIGSTOP %s (lease TTL %v) until the next holder has written; %d round(s)", where, spec.TTL, rounds)
 		return nil
 	}}
 }
@@ -452,17 +204,19 @@ func leaseFailover(synchronous bool) matrix.Fault {
 			return nil
 		}
 		var actors []matrix.Actor
-		next := func() (matrix.Actor, error) { // opened on the promoted standby
+		during := func(ctx context.Context) (matrix.Actor, error) {
+			if err := failover(); err != nil {
+				return nil, err
+			}
 			var err error
-			actors, err = f.Actors(ctx, c)
+			actors, err = f.Actors(ctx, c) // opened on the promoted standby
 			if err != nil {
 				return nil, err
 			}
 			return actors[0], nil
 		}
 		ttl := holderTTL(db)
-		spec := holderSpec{DSN: db.DSN, TTL: ttl, Fenced: true}
-		if err := pausedRound(ctx, f, c, spec, c.State.Key(ops), failover, next); err != nil {
+		if err := f.PausedRound(ctx, c, c.State.Key(ops), matrix.HolderSpec{TTL: ttl, Fenced: true}, during); err != nil {
 			return err
 		}
 		f.Load(ctx, c, actors, ops) // the load goes on, on the promoted standby
@@ -503,11 +257,11 @@ func leasePartitioned() matrix.Fault {
 		lost := 0
 		for i := range rounds {
 			key := c.State.Key(i)
-			l, err := m.Acquire(ctx, c.State.Schema+":"+key, ttl)
+			l, err := m.Acquire(ctx, matrix.LockName(c, key), ttl)
 			if err != nil {
 				return err
 			}
-			s, err := step(ctx, func(ctx context.Context, pause func(context.Context)) (matrix.Result, error) {
+			h, err := matrix.Hold(ctx, func(ctx context.Context, pause func(context.Context)) (matrix.Result, error) {
 				return c.State.Apply(ctx, matrix.PauseBeforeWrite(hdb, pause), key, l.Token())
 			})
 			if err != nil {
@@ -521,7 +275,7 @@ func leasePartitioned() matrix.Fault {
 			default:
 			}
 			p.Resume()
-			r, err := s.wait(ctx)
+			r, err := h.Wait(ctx)
 			l.Release(ctx) // not held any more: its error says so
 			if err := staleWrite(f, fmt.Sprintf("the partitioned holder (token %d)", l.Token()), r, err); err != nil {
 				return err
@@ -635,14 +389,13 @@ func waitFor(ctx context.Context, done <-chan struct{}, cond func() bool) error 
 // operation is recorded as one of the run's.
 func cutRound(ctx context.Context, f *matrix.FaultRun, p *pgtest.Proxy, next matrix.Actor, key string,
 	op func(ctx context.Context, pause func(context.Context)) (matrix.Result, error)) error {
-	var s *stepped
-	held := matrix.ActorFunc(func(ctx context.Context, _ string) (matrix.Result, error) {
-		return s.wait(ctx)
-	})
-	s, err := step(ctx, op)
+	h, err := matrix.Hold(ctx, op)
 	if err != nil {
 		return err
 	}
+	held := matrix.ActorFunc(func(ctx context.Context, _ string) (matrix.Result, error) {
+		return h.Wait(ctx)
+	})
 	p.Cut()
 	f.Do(ctx, next, key)
 	f.Do(ctx, held, key)

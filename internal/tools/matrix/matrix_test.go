@@ -37,6 +37,12 @@ var faultRows []matrix.Row
 // every mechanism of the root module, their faults, on the grid MATRIX
 // names (see internal/testing/matrix).
 func TestMatrix(t *testing.T) {
+	if served, err := matrix.ServePausedHolder(openLeaseHolder); served {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	rows := loadRows()
 	attached := map[string]bool{}
 	for i := range rows {
@@ -313,7 +319,7 @@ func leaseRow(w leaseWrite) func(context.Context, *matrix.Cell) ([]matrix.Actor,
 		}
 		m := lease.New(db)
 		op := func(ctx context.Context, key string) (r matrix.Result, err error) {
-			l, err := m.Acquire(ctx, c.State.Schema+":"+key, leaseTTL)
+			l, err := m.Acquire(ctx, matrix.LockName(c, key), leaseTTL)
 			if err != nil {
 				return 0, err
 			}
