@@ -220,3 +220,51 @@ func BenchmarkSweepStatement(b *testing.B) {
 	b.ReportMetric(float64(len(server))/float64(b.N), "statements/op")
 	b.ReportMetric(ms(select1)/float64(b.N), "select1-ms")
 }
+
+// BenchmarkAgainstClaimRowByHand: DoTx on a *sql.DB of txlock.OpenDB
+// against idem's guarantee written carefully by hand on the same handle
+// (issue 37's fair baseline): BEGIN, a claim row under UNIQUE (INSERT … ON
+// CONFLICT DO NOTHING), the effect, the result stored, COMMIT. Fresh keys
+// each time: the cost of a first request, which is what both do most.
+func BenchmarkAgainstClaimRowByHand(b *testing.B) {
+	db := newDB(b)
+	db.Exec(`CREATE TABLE claims (key text PRIMARY KEY, result bigint)`)
+	ctx := context.Background()
+	w := &pgtest.Wire{}
+	d := openFoldingDB(b, db.DSN, w)
+	d.SetMaxOpenConns(1)
+	insert := func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		var id int64
+		err := tx.QueryRowContext(ctx, `INSERT INTO effects (key) VALUES ('bench') RETURNING id`).Scan(&id)
+		return id, err
+	}
+	interleave(b, w, "idem", func(i int) {
+		if _, err := idem.DoTx(ctx, d, "bench", "idem-"+strconv.Itoa(i), nil, insert); err != nil {
+			b.Fatal(err)
+		}
+	}, "byhand", func(i int) {
+		key := "hand-" + strconv.Itoa(i)
+		tx, err := d.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tx.Rollback()
+		res, err := tx.ExecContext(ctx, `INSERT INTO claims (key) VALUES ($1) ON CONFLICT DO NOTHING`, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			b.Fatal("claimed twice")
+		}
+		id, err := insert(ctx, tx)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, `UPDATE claims SET result = $2 WHERE key = $1`, key, id)
+		}
+		if err == nil {
+			err = tx.Commit()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	})
+}
