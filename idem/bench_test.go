@@ -77,6 +77,13 @@ func insertEffect(ctx context.Context, tx pgx.Tx) (int64, error) {
 	return id, err
 }
 
+// insertEffectSQL is insertEffect on database/sql.
+func insertEffectSQL(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var id int64
+	err := tx.QueryRowContext(ctx, `INSERT INTO effects (key) VALUES ('bench') RETURNING id`).Scan(&id)
+	return id, err
+}
+
 // BenchmarkIdempotentTx: a transaction that inserts one row (BEGIN,
 // INSERT, COMMIT on pgx), inside idem.DoTx (BEGIN carries the claim,
 // COMMIT the result) and without idem, interleaved on one connection: on
@@ -115,19 +122,14 @@ func BenchmarkIdempotentTxSQL(b *testing.B) {
 	w := &pgtest.Wire{}
 	d := openFoldingDB(b, db.DSN, w)
 	d.SetMaxOpenConns(1)
-	insert := func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		var id int64
-		err := tx.QueryRowContext(ctx, `INSERT INTO effects (key) VALUES ('bench') RETURNING id`).Scan(&id)
-		return id, err
-	}
 	interleave(b, w, "idem", func(i int) {
-		if _, err := idem.DoTx(ctx, d, "bench", strconv.Itoa(i), []byte("fp"), insert); err != nil {
+		if _, err := idem.DoTx(ctx, d, "bench", strconv.Itoa(i), []byte("fp"), insertEffectSQL); err != nil {
 			b.Fatal(err)
 		}
 	}, "plain", func(int) {
 		tx, err := d.BeginTx(ctx, nil)
 		if err == nil {
-			_, err = insert(ctx, tx)
+			_, err = insertEffectSQL(ctx, tx)
 		}
 		if err == nil {
 			err = tx.Commit()
@@ -233,13 +235,8 @@ func BenchmarkAgainstClaimRowByHand(b *testing.B) {
 	w := &pgtest.Wire{}
 	d := openFoldingDB(b, db.DSN, w)
 	d.SetMaxOpenConns(1)
-	insert := func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		var id int64
-		err := tx.QueryRowContext(ctx, `INSERT INTO effects (key) VALUES ('bench') RETURNING id`).Scan(&id)
-		return id, err
-	}
 	interleave(b, w, "idem", func(i int) {
-		if _, err := idem.DoTx(ctx, d, "bench", "idem-"+strconv.Itoa(i), nil, insert); err != nil {
+		if _, err := idem.DoTx(ctx, d, "bench", "idem-"+strconv.Itoa(i), nil, insertEffectSQL); err != nil {
 			b.Fatal(err)
 		}
 	}, "byhand", func(i int) {
@@ -256,7 +253,7 @@ func BenchmarkAgainstClaimRowByHand(b *testing.B) {
 		if n, _ := res.RowsAffected(); n == 0 {
 			b.Fatal("claimed twice")
 		}
-		id, err := insert(ctx, tx)
+		id, err := insertEffectSQL(ctx, tx)
 		if err == nil {
 			_, err = tx.ExecContext(ctx, `UPDATE claims SET result = $2 WHERE key = $1`, key, id)
 		}

@@ -40,7 +40,7 @@ type exclusionRun struct {
 // TTL 500 ms) and through PgBouncer in transaction mode (polling; TTL 1 s);
 // the database checks that no two sections of a name overlap and that each
 // holder's token is greater than the one before it. N is 160 directly
-// (5,120 acquisitions, 13 s on two quiet cores under -race) and 48 through
+// (5,120 acquisitions, 14 s on two quiet cores under -race) and 48 through
 // PgBouncer (1,536), where every waiter polls every 5–10 ms: 28 pollers
 // keep two cores busy, so 4,096 there took 64 s, the largest share of CI's
 // run. Each section is a handover under contention, and overlaps are
