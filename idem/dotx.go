@@ -27,9 +27,9 @@ import (
 // with COMMIT, as one batch each — on pgx, and on a *sql.DB opened with
 // txlock.OpenDB (or txlock.WrapConnector). An idempotent transaction then
 // costs the round trips of the same transaction without idem. A replay
-// costs one: ahead of BEGIN, in the same batch, goes a read of the key's
-// recorded result that fails when it finds one, so that the server skips
-// BEGIN and no transaction is left to end. On other database/sql drivers
+// costs one: the claim goes ahead of BEGIN, in the same batch, and for a
+// recorded key returns its result and makes BEGIN fail, so that no
+// transaction is left to end. On other database/sql drivers
 // the claim and the store are statements of their own, as in Do, and a
 // replay costs three (BEGIN, claim, ROLLBACK).
 //

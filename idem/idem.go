@@ -186,14 +186,15 @@ type claimed struct {
 // racing every claim.
 const maxClaimRounds = 8
 
-// claimStmt is the claim statement for k and its arguments. noWait: a key
+// claimStmt is the claim statement for k, its form sent ahead of BEGIN
+// (see claimAheadQueue) and their arguments. noWait: a key
 // held by a middleware request in progress is errBusy.
-func claimStmt(st statements, c *config, k keyOf, noWait bool) (string, []any) {
-	args := []any{k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()}
+func claimStmt(st statements, c *config, k keyOf, noWait bool) (q, ahead string, args []any) {
+	args = []any{k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()}
 	if noWait {
-		return st.claimTry, append(args, k.lockKey(c.table))
+		return st.claimTry, st.claimTryAhead, append(args, k.lockKey(c.table))
 	}
-	return st.claim, args
+	return st.claim, st.claimAhead, args
 }
 
 // claimRow is the claim statement's answer.
@@ -201,6 +202,7 @@ type claimRow struct {
 	inserted, got, found, noResult, expired bool
 	fp, result                              []byte
 	phased                                  bool // recorded by RunPhases
+	answered                                bool // recorded: BEGIN stopped (claimAheadQueue)
 }
 
 func (r *claimRow) dest() []any {
@@ -212,7 +214,7 @@ func (r *claimRow) dest() []any {
 // first, if not nil, is the claim statement's answer when it was already
 // sent (with BEGIN).
 func claim(ctx context.Context, conn txConn, st statements, c *config, k keyOf, noWait bool, first *claimRow) (claimed, error) {
-	q, args := claimStmt(st, c, k, noWait)
+	q, _, args := claimStmt(st, c, k, noWait)
 	for range maxClaimRounds {
 		var r claimRow
 		if first != nil {

@@ -48,22 +48,15 @@ type owned struct {
 type openFunc func(ctx context.Context, queue func(*pgx.Batch)) (*owned, error)
 
 // openClaimed begins a transaction with open and claims k in it, the claim
-// sent with BEGIN where the connection allows (owned.folded). Ahead of
-// BEGIN goes the read of k's recorded result (queueRecorded): a recorded
-// key is answered there, in one round trip, and no transaction is begun —
-// cl.replay with o nil. noWait: a key held by a middleware request in
-// progress is errBusy. On error or a replay nothing is left open;
-// otherwise the key is the transaction's and the caller ends o.
+// sent ahead of BEGIN where the connection allows (owned.folded; see
+// claimAheadQueue): a recorded key is answered there, in one round trip,
+// and no transaction is begun — cl.replay with o nil. noWait: a key held
+// by a middleware request in progress is errBusy. On error or a replay
+// nothing is left open; otherwise the key is the transaction's and the
+// caller ends o.
 func openClaimed(ctx context.Context, open openFunc, st statements, c *config, k keyOf, noWait bool) (o *owned, cl claimed, err error) {
 	row := new(claimRow)
-	claimNext := insertClaimQueue(st, c, k, row)
-	if noWait {
-		claimNext = claimQueue(st, c, k, row)
-	}
-	o, err = open(ctx, func(b *pgx.Batch) {
-		queueRecorded(st, k, row)(b)
-		claimNext(b)
-	})
+	o, err = open(ctx, claimAheadQueue(st, c, k, noWait, row))
 	if answeredAhead(err, row) {
 		cl, err = row.settle(k)
 		return nil, cl, err
@@ -72,7 +65,7 @@ func openClaimed(ctx context.Context, open openFunc, st statements, c *config, k
 		return nil, claimed{}, wrapDB("begin", err)
 	}
 	if !o.folded {
-		row = nil // claim sends the one-statement claim
+		row = nil // claim sends the claim after BEGIN
 	}
 	cl, err = claim(ctx, o.conn, st, c, k, noWait, row)
 	if err != nil || cl.replay {
@@ -82,60 +75,32 @@ func openClaimed(ctx context.Context, open openFunc, st statements, c *config, k
 	return o, cl, nil
 }
 
-// queueRecorded queues, ahead of BEGIN (txbatch.Ahead), st.recorded: it
-// returns k's result if k is recorded, into row, and then fails, so that
-// the server skips BEGIN and the rest of the batch.
-func queueRecorded(st statements, k keyOf, row *claimRow) func(*pgx.Batch) {
+// claimAheadQueue queues k's claim ahead of BEGIN (txbatch.Ahead), its
+// row scanned into row, in the form whose last column says that the key
+// is recorded and not expired and then stops BEGIN (statements.claimAhead).
+// The claim runs in the implicit transaction the server opens for the
+// batch, which BEGIN makes explicit: the key's INSERT (and the
+// middleware's try-lock) belong to the transaction fn runs in, and the
+// batch holds two statements, BEGIN and the claim, as it would with the
+// claim after BEGIN. For a recorded key the server skips BEGIN and rolls
+// the implicit transaction back at the batch's Sync, so the replay is
+// answered in one round trip and the connection is left idle, with no
+// transaction to end. Where the INSERT waited for a transaction that then
+// committed the key, the row says it found none, and claim reads it after
+// BEGIN.
+func claimAheadQueue(st statements, c *config, k keyOf, noWait bool, row *claimRow) func(*pgx.Batch) {
+	_, q, args := claimStmt(st, c, k, noWait)
 	return func(b *pgx.Batch) {
 		txbatch.Ahead(b, func(b *pgx.Batch) {
-			b.Queue(st.recorded, k.scope, k.key).Query(func(rows pgx.Rows) error {
-				if !rows.Next() {
-					return rows.Err()
-				}
-				if err := rows.Scan(&row.fp, &row.result, &row.phased); err != nil {
-					return err
-				}
-				row.got, row.found = true, true
-				rows.Next() // the failure
-				return rows.Err()
-			})
+			b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(append(row.dest(), &row.answered)...) })
 		})
 	}
 }
 
-// answeredAhead reports whether err, BEGIN's, is the failure of
-// st.recorded after it returned the key's result into row.
+// answeredAhead reports whether err, BEGIN's, is the stop of the claim
+// ahead of it after it returned a recorded key's row into row.
 func answeredAhead(err error, row *claimRow) bool {
-	return row.found && pgerror.Code(err) == pgerror.DivisionByZero
-}
-
-// claimQueue queues the one-statement claim that fails as errBusy when
-// the key is held by a request in progress, its row scanned into row.
-func claimQueue(st statements, c *config, k keyOf, row *claimRow) func(*pgx.Batch) {
-	q, args := claimStmt(st, c, k, true)
-	return func(b *pgx.Batch) {
-		b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
-	}
-}
-
-// insertClaimQueue queues the claim as its INSERT … ON CONFLICT DO
-// NOTHING alone, cheaper on the server than the one-statement claim (whose
-// CTE costs several times a plain INSERT). A key recorded before BEGIN was
-// answered ahead of it; one the INSERT finds taken otherwise (by a
-// transaction it waited for, or expired) is read by claim, in a round trip
-// of its own. As a statement of its own the INSERT would need that read
-// every time, so unfolded transactions use the one-statement claim.
-func insertClaimQueue(st statements, c *config, k keyOf, row *claimRow) func(*pgx.Batch) {
-	return func(b *pgx.Batch) {
-		b.Queue(st.claimInsert, k.scope, k.key, fpOrEmpty(k.fingerprint), c.retention.Microseconds()).
-			Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					row.inserted = true
-				}
-				row.got = true // no lock in this form
-				return rows.Err()
-			})
-	}
+	return row.answered && txbatch.Stopped(err)
 }
 
 // opener returns the openFunc of db, nil for a nil handle or one of

@@ -11,6 +11,7 @@ import (
 	"github.com/sqlock/sqlock/internal/errkind"
 	"github.com/sqlock/sqlock/internal/pgerror"
 	"github.com/sqlock/sqlock/internal/pgident"
+	"github.com/sqlock/sqlock/internal/txbatch"
 )
 
 // Handle is a database pool: database/sql (pgx's stdlib driver, lib/pq) or
@@ -96,8 +97,8 @@ func wrapDB(op string, err error) error {
 
 // statements are the statements of one table.
 type statements struct {
-	claim, claimTry, claimInsert, read, recorded, drop, unclaim, store string
-	phaseOpen, phaseRecord                                             string
+	claim, claimTry, claimAhead, claimTryAhead, read, drop, unclaim, store string
+	phaseOpen, phaseRecord                                                 string
 }
 
 // defaultStatements are those of DefaultTable, built once: most calls use
@@ -138,32 +139,24 @@ ins AS (
 SELECT EXISTS (SELECT 1 FROM ins), (SELECT got FROM lk), EXISTS (SELECT 1 FROM cur),
   coalesce((SELECT fingerprint FROM cur), ''), coalesce((SELECT result FROM cur), ''),
   coalesce((SELECT result IS NULL FROM cur), true), coalesce((SELECT expired FROM cur), false),
-  coalesce((SELECT phased FROM cur), false)`
+  coalesce((SELECT phased FROM cur), false)%[3]s`
+	// answered, a last column of the claim sent ahead of BEGIN (see
+	// claimAheadQueue), says that the key is recorded and not expired, and
+	// then stops BEGIN (txbatch.StopBegin): the replay is answered in one
+	// round trip, with no transaction begun. (An error of the statement
+	// itself would discard its row: it writes, so it sends its row only
+	// once it has completed.)
+	const answered = `,
+  coalesce((SELECT ` + txbatch.StopBegin + ` IS NOT NULL FROM cur WHERE result IS NOT NULL AND NOT expired), false)`
+	const tryLock = "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_catalog.pg_try_advisory_xact_lock($5::bigint) END"
 	return statements{
-		claim:    fmt.Sprintf(tmpl, t, "true"),
-		claimTry: fmt.Sprintf(tmpl, t, "CASE WHEN EXISTS (SELECT 1 FROM cur) THEN true ELSE pg_catalog.pg_try_advisory_xact_lock($5::bigint) END"),
-		// claimInsert is the claim's INSERT alone, sent with BEGIN by DoTx
-		// (see insertClaimQueue).
-		claimInsert: fmt.Sprintf(`INSERT INTO %s (scope, key, fingerprint, expires_at)
-VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
-ON CONFLICT (scope, key) DO NOTHING RETURNING true`, t),
+		claim:         fmt.Sprintf(tmpl, t, "true", ""),
+		claimTry:      fmt.Sprintf(tmpl, t, tryLock, ""),
+		claimAhead:    fmt.Sprintf(tmpl, t, "true", answered),
+		claimTryAhead: fmt.Sprintf(tmpl, t, tryLock, answered),
 		read: fmt.Sprintf(`SELECT false, true, true, fingerprint, coalesce(result, ''), result IS NULL, expires_at <= clock_timestamp(),
   phases IS NOT NULL
 FROM %s WHERE scope = $1 AND key = $2`, t),
-		// recorded returns a recorded key's fingerprint, result and
-		// whether RunPhases recorded it, and then fails (division by zero, SQLSTATE 22012): sent ahead of
-		// BEGIN (see queueRecorded), it answers a replay in one round trip.
-		// Both arms read the one materialized row of r, so the row and the
-		// failure come from the same snapshot. The divisor depends on the
-		// row, so that the planner cannot fold the division and fail when
-		// there is no row.
-		recorded: fmt.Sprintf(`WITH r AS (
-  SELECT fingerprint, result, phases IS NOT NULL AS phased FROM %s
-  WHERE scope = $1 AND key = $2 AND result IS NOT NULL AND expires_at > clock_timestamp()
-)
-SELECT fingerprint, result, phased FROM r
-UNION ALL
-SELECT NULL, NULL, NULL FROM r WHERE 1 / (octet_length(r.result) * 0) = 0`, t),
 		drop:    fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2 AND expires_at <= clock_timestamp()`, t),
 		unclaim: fmt.Sprintf(`DELETE FROM %s WHERE scope = $1 AND key = $2`, t),
 		store:   fmt.Sprintf(`UPDATE %s SET result = $3 WHERE scope = $1 AND key = $2`, t),

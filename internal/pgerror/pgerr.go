@@ -25,8 +25,8 @@ const (
 	LockNotAvailable     = "55P03" // lock_not_available: lock_timeout ran out
 	QueryCanceled        = "57014" // query_canceled: a cancel request or statement_timeout
 	InvalidTextRepr      = "22P02" // invalid_text_representation
-	DivisionByZero       = "22012" // division_by_zero: idem's answer ahead of BEGIN
 	UniqueViolation      = "23505" // unique_violation
+	ActiveSQLTransaction = "25001" // active_sql_transaction: a BEGIN stopped by a statement ahead of it (txbatch.StopBegin)
 	InvalidStatementName = "26000" // invalid_sql_statement_name: a prepared statement vanished
 	DuplicatePrepared    = "42P05" // duplicate_prepared_statement: a prepared statement's name is taken
 	UndefinedFunction    = "42883" // undefined_function

@@ -70,16 +70,20 @@ func StateOf(c *pgx.Conn) *ConnState {
 // BeginBatch returns. If BEGIN, a statement or a callback fails, no
 // transaction is left open and the error is returned.
 //
-// Statements queued with Ahead run before BEGIN; if one of them fails,
-// BeginBatch returns its error with the connection idle. Its statements
-// are prepared by name (Prepare).
+// Statements queued with Ahead run before BEGIN, which is then sent READ
+// WRITE; if one of them fails or stops BEGIN (StopBegin), BeginBatch
+// returns the error with the connection idle. Its statements are prepared
+// by name (Prepare).
 func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func(*pgx.Batch)) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(o)
 	begin := b.QueuedQueries[0]
 	queue(b)
-	if b.QueuedQueries[0] != begin && (o.IsoLevel != "" || o.DeferrableMode != "") {
-		return nil, errAheadOfModes
+	if b.QueuedQueries[0] != begin {
+		if o.IsoLevel != "" || o.DeferrableMode != "" || o.AccessMode != "" || o.BeginQuery != "" {
+			return nil, errAheadOfModes
+		}
+		begin.SQL = beginReadWrite
 	}
 	if err := Prepare(ctx, conn, b); err != nil {
 		return nil, err
@@ -95,21 +99,29 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, o pgx.TxOptions, queue func
 }
 
 // errAheadOfModes refuses a BeginBatch with statements ahead of a BEGIN
-// that sets an isolation level or DEFERRABLE (see Ahead): nothing is sent.
-var errAheadOfModes = errors.New("txbatch: statements ahead of a BEGIN that sets an isolation level or DEFERRABLE")
+// that sets modes of its own (see Ahead): nothing is sent.
+var errAheadOfModes = errors.New("txbatch: statements ahead of a BEGIN that sets an isolation level, an access mode or DEFERRABLE")
+
+// beginReadWrite is the BEGIN of a batch with statements ahead of it:
+// READ WRITE is what StopBegin makes fail. (The server's default access
+// mode is READ WRITE unless default_transaction_read_only says otherwise,
+// and then the statements ahead, run under that default, could not have
+// written anything the transaction keeps.)
+const beginReadWrite = "BEGIN READ WRITE"
 
 // Ahead queues the statements queue adds to b — a batch of BeginBatch,
 // whose first statement is BEGIN — ahead of BEGIN, in the order queued.
 //
 // They run in the implicit transaction that the server opens for a
-// pipeline and that BEGIN then makes explicit; so they must be reads that
-// take no locks, and the transaction must not set an isolation level or
-// DEFERRABLE (PostgreSQL refuses those once a statement has taken a
-// snapshot). What they are for is their failure: if one of them fails, the
-// server skips BEGIN and every statement after it, and rolls the implicit
-// transaction back at the Sync that ends the batch. A statement ahead of
-// BEGIN that fails on purpose thus answers a request in one round trip and
-// leaves the connection idle, with no transaction to end (idem's replay of
+// pipeline and that BEGIN then makes explicit: what they write and lock
+// belongs to the transaction BeginBatch returns and ends with it. The
+// transaction sets no mode of its own (PostgreSQL refuses an isolation
+// level or DEFERRABLE once a statement has taken a snapshot, and BEGIN is
+// sent READ WRITE). What they gain is a way to end the batch before BEGIN:
+// if one of them fails, or calls StopBegin, the server skips BEGIN and
+// every statement after it, and rolls the implicit transaction back at
+// the Sync that ends the batch — the request is answered in one round trip
+// and the connection is idle, with no transaction to end (idem's replay of
 // a recorded key).
 func Ahead(b *pgx.Batch, queue func(*pgx.Batch)) {
 	n := len(b.QueuedQueries)
@@ -117,6 +129,19 @@ func Ahead(b *pgx.Batch, queue func(*pgx.Batch)) {
 	added := slices.Clone(b.QueuedQueries[n:])
 	b.QueuedQueries = append(added, b.QueuedQueries[:n]...)
 }
+
+// StopBegin is an SQL expression for a statement queued with Ahead that
+// stops BEGIN once the statement has completed, its rows sent: it makes
+// the implicit transaction read only, and BEGIN READ WRITE after a
+// statement fails (SQLSTATE 25001, Stopped). A failure of the statement
+// itself cannot keep its rows when it writes: a statement with a
+// data-modifying CTE runs to completion before it sends a row, so an error
+// in it discards them all.
+const StopBegin = `pg_catalog.set_config('transaction_read_only', 'on', true)`
+
+// Stopped reports whether err, BeginBatch's, is a BEGIN that a statement
+// ahead of it stopped with StopBegin.
+func Stopped(err error) bool { return pgerror.Code(err) == pgerror.ActiveSQLTransaction }
 
 // AbortBegin rolls back a transaction that a failed begin left open (a
 // lock wait that timed out, a try-once that found a key held, a guard that

@@ -33,12 +33,16 @@ func TestAheadQueuesBeforeBegin(t *testing.T) {
 }
 
 // A statement ahead of a BEGIN that sets an isolation level or DEFERRABLE
-// would take the snapshot PostgreSQL needs unset to apply them: BeginBatch
-// refuses it before anything is sent (the connection is not even looked
-// at: it is nil here).
+// would take the snapshot PostgreSQL needs unset to apply them, and one
+// that sets an access mode would lose StopBegin: BeginBatch refuses them
+// before anything is sent (the connection is not even looked at: it is
+// nil here).
 func TestBeginBatchRefusesStatementsAheadOfModes(t *testing.T) {
 	ahead := func(b *pgx.Batch) { Ahead(b, func(b *pgx.Batch) { b.Queue("SELECT 1") }) }
-	for _, o := range []pgx.TxOptions{{IsoLevel: pgx.RepeatableRead}, {IsoLevel: pgx.Serializable, DeferrableMode: pgx.Deferrable}} {
+	for _, o := range []pgx.TxOptions{
+		{IsoLevel: pgx.RepeatableRead}, {IsoLevel: pgx.Serializable, DeferrableMode: pgx.Deferrable},
+		{AccessMode: pgx.ReadOnly}, {AccessMode: pgx.ReadWrite}, {BeginQuery: "BEGIN"},
+	} {
 		if _, err := BeginBatch(context.Background(), nil, o, ahead); !errors.Is(err, errAheadOfModes) {
 			t.Errorf("%+v: %v, want errAheadOfModes", o, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -68,13 +69,14 @@ func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Tra
 }
 func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// distinct is the statements recorded, each text and argument list once.
+// distinct is the statements recorded, each text and argument list once
+// (arguments compared deeply: a fingerprint is a []byte).
 func (l *statementLog) distinct() []sentStatement {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []sentStatement
 	for _, s := range l.sent {
-		if !slices.ContainsFunc(out, func(o sentStatement) bool { return o.sql == s.sql && slices.Equal(o.args, s.args) }) {
+		if !slices.ContainsFunc(out, func(o sentStatement) bool { return o.sql == s.sql && reflect.DeepEqual(o.args, s.args) }) {
 			out = append(out, s)
 		}
 	}
