@@ -247,7 +247,7 @@ func leasePartitioned() matrix.Fault {
 			return err
 		}
 		p := pgtest.StartProxy(f.T, db.DSN)
-		hdb, err := openTx(via(c, p.DSN))
+		hdb, err := openTx(ctx, via(c, p.DSN))
 		if err != nil {
 			return err
 		}
@@ -422,7 +422,7 @@ func txlockCut() matrix.Fault {
 			return err
 		}
 		p := pgtest.StartProxy(f.T, db.DSN)
-		hdb, err := openTx(via(c, p.DSN))
+		hdb, err := openTx(ctx, via(c, p.DSN))
 		if err != nil {
 			return err
 		}

@@ -97,8 +97,9 @@ func same(c *matrix.Cell, op matrix.ActorFunc) []matrix.Actor {
 }
 
 // openTx opens the handle txlock, lease's Guard and idem want — BEGIN
-// carries their statement — on the cell's network, counted.
-func openTx(c *matrix.Cell) (*sql.DB, error) {
+// carries their statement — on the cell's network, counted, with a
+// connection dialled for each contender, as the cell's own handle has.
+func openTx(ctx context.Context, c *matrix.Cell) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(c.DSN)
 	if err != nil {
 		return nil, err
@@ -107,6 +108,10 @@ func openTx(c *matrix.Cell) (*sql.DB, error) {
 	db := txlock.OpenDB(*cfg)
 	db.SetMaxOpenConns(2*c.Contenders + 4)
 	db.SetMaxIdleConns(2*c.Contenders + 4)
+	if err := matrix.Warm(ctx, db, c.Contenders); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return db, nil
 }
 
@@ -221,7 +226,7 @@ func gormRetry(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), err
 }
 
 func doOptimistic(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
-	db, err := openTx(c)
+	db, err := openTx(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -247,7 +252,7 @@ func lockKey(c *matrix.Cell, key string) advisory.Key {
 }
 
 func txlockDo(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
-	db, err := openTx(c)
+	db, err := openTx(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -309,7 +314,7 @@ const (
 // leaseRow is a lease around the body, which writes as w says.
 func leaseRow(w leaseWrite) func(context.Context, *matrix.Cell) ([]matrix.Actor, func(), error) {
 	return func(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
-		db, err := openTx(c)
+		db, err := openTx(ctx, c)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -352,7 +357,7 @@ func leaseRow(w leaseWrite) func(context.Context, *matrix.Cell) ([]matrix.Actor,
 // order's key claimed with BEGIN, the result stored with COMMIT; a
 // contender that finds it recorded replays it, which counts as refused.
 func idemDoTx(ctx context.Context, c *matrix.Cell) ([]matrix.Actor, func(), error) {
-	db, err := openTx(c)
+	db, err := openTx(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
