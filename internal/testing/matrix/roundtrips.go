@@ -50,9 +50,9 @@ func OpenSQL(dsn string, r *RoundTrips) (*sql.DB, error) {
 
 // Warm holds n of db's connections at once, then returns them to its pool,
 // which must keep at least n idle: a cell's first operations then find
-// their connections dialled, instead of timing a new backend for each
-// contender (several milliseconds of the server's CPU, at 64 contenders
-// a large part of a one-second cell).
+// their connections dialled, instead of timing the start of a new
+// backend (a fork and an authentication on the server) for each
+// contender inside a one-second cell.
 func Warm(ctx context.Context, db *sql.DB, n int) error {
 	conns := make([]*sql.Conn, 0, n)
 	defer func() {

@@ -136,6 +136,11 @@ func Run(t *testing.T, rows ...Row) {
 			t.Fatalf("matrix: row %q: a row needs a unique Mechanism and an Open", r.Mechanism)
 		}
 		seen[r.Mechanism] = true
+		for _, w := range r.Workloads {
+			if !slices.Contains(Workloads, w) {
+				t.Fatalf("matrix: row %q: unknown workload %q", r.Mechanism, w)
+			}
+		}
 	}
 	e := &env{t: t, pg: pgtest.New(t)}
 	g := gridOf(mode)
